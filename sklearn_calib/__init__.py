@@ -1,0 +1,18 @@
+"""sklearn-calib: post-hoc calibration of classifier logits.
+
+Calibrators are scikit-learn estimators over logit arrays; metrics live in
+:mod:`sklearn_calib.metrics`. Importing this package imports neither torch nor
+matplotlib: torch is loaded when a calibrator is fitted, matplotlib when a
+figure is drawn.
+"""
+
+from ._scaling import TemperatureScaling
+from .base import BaseCalibrator
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BaseCalibrator",
+    "TemperatureScaling",
+    "__version__",
+]

@@ -1,0 +1,176 @@
+"""The calibrator contract shared by every method of the library."""
+
+from abc import abstractmethod
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
+
+from .utils._compat import _fit_context, check_is_fitted
+from .utils._math import log_softmax, row_chunks, softmax
+from .utils._validation import (
+    check_logits,
+    check_logits_and_labels,
+    check_sample_weight,
+    expand_binary_scores,
+    resolve_classes,
+)
+
+
+class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
+    """Base class of the post-hoc calibrators over logit arrays.
+
+    A calibrator is a scikit-learn classifier whose input ``X`` holds the
+    logits (or any real-valued class scores) of an already trained model,
+    one column per class, and whose ``predict_proba`` returns calibrated
+    probabilities. A binary problem may pass a single score column ``s``,
+    read as the two logits ``(0, s)``.
+
+    The public :meth:`fit` validates the input (finite values, 2-D shape, at
+    least two classes, one logit column per class, sample weights), encodes
+    the labels into ``classes_`` and calls the subclass's ``_fit``.
+    :meth:`predict_proba`, :meth:`predict` and :meth:`transform` all derive
+    from the subclass's ``_calibrated_logits``, so they always agree.
+
+    The mixins live on this base (rather than on each subclass) so that
+    scikit-learn's ``set_output`` wraps the shared :meth:`transform`.
+
+    Subclasses implement:
+
+    - ``_fit(self, logits, y, sample_weight)``: ``logits`` is a float array
+      of shape (n_samples, n_classes) (a binary score column already
+      expanded), ``y`` holds integer codes in ``range(n_classes)`` and
+      ``sample_weight`` is a float64 array with a positive sum.
+    - ``_calibrated_logits(self, logits)``: calibrated logits (or
+      log-probabilities) for a validated block of rows.
+    """
+
+    _parameter_constraints: dict = {}
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit(self, X, y, sample_weight=None):
+        """Fit the calibrator on held-out logits.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits of the model to calibrate, one column per class, or one
+            score column for a binary problem. numpy arrays, lists, pandas
+            DataFrames and torch tensors (on any device) are accepted.
+        y : array-like of shape (n_samples,)
+            True labels. Any labels scikit-learn accepts (strings too); the
+            i-th logit column belongs to the i-th sorted class.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative weights; ``None`` weighs every sample equally.
+
+        Returns
+        -------
+        self : object
+            The fitted calibrator.
+        """
+        X, y = check_logits_and_labels(self, X, y)
+        sample_weight = check_sample_weight(sample_weight, X)
+        self.classes_, y_encoded = resolve_classes(y, X.shape[1])
+        self._fit(expand_binary_scores(X), y_encoded, sample_weight)
+        return self
+
+    @abstractmethod
+    def _fit(self, logits, y, sample_weight):
+        """Fit on validated logits, integer codes and float64 weights."""
+
+    @abstractmethod
+    def _calibrated_logits(self, logits):
+        """Calibrated logits (or log-probabilities) of validated logits."""
+
+    def _check_fitted_input(self, X):
+        """Validate logits at prediction time and expand a binary score column."""
+        check_is_fitted(self)
+        X = check_logits(self, X, reset=False)
+        return expand_binary_scores(X)
+
+    def _map_rows(self, X, finish):
+        """Apply ``finish(calibrated_logits)`` row block by row block.
+
+        Working in blocks keeps the temporaries small whatever the number of
+        rows: the peak memory is the output plus a few blocks.
+        """
+        logits = self._check_fitted_input(X)
+        out = np.empty(logits.shape, dtype=logits.dtype)
+        for rows in row_chunks(*logits.shape):
+            block = np.asarray(self._calibrated_logits(logits[rows]), logits.dtype)
+            out[rows] = finish(block)
+        return out
+
+    def predict_proba(self, X):
+        """Calibrated class probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits, as in :meth:`fit`.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Rows on the probability simplex, columns ordered as ``classes_``.
+            float32 logits give float32 probabilities.
+        """
+        return self._map_rows(X, lambda block: softmax(block, out=block))
+
+    def transform(self, X):
+        """Calibrated log-probabilities, so that calibrators chain in a Pipeline.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits, as in :meth:`fit`.
+
+        Returns
+        -------
+        log_proba : ndarray of shape (n_samples, n_classes)
+            ``log(predict_proba(X))``, computed stably.
+        """
+        return self._map_rows(X, lambda block: log_softmax(block, out=block))
+
+    def predict_log_proba(self, X):
+        """Calibrated log-probabilities; the same as :meth:`transform`."""
+        return self.transform(X)
+
+    def predict(self, X):
+        """Most probable class under the calibrated probabilities.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits, as in :meth:`fit`.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
+        logits = self._check_fitted_input(X)
+        codes = np.empty(logits.shape[0], dtype=np.intp)
+        for rows in row_chunks(*logits.shape):
+            codes[rows] = np.argmax(self._calibrated_logits(logits[rows]), axis=1)
+        return self.classes_[codes]
+
+    def get_feature_names_out(self, input_features=None):
+        """Output column names of :meth:`transform`: the class labels as strings.
+
+        Parameters
+        ----------
+        input_features : array-like of str or None, default=None
+            Ignored; present for API consistency.
+
+        Returns
+        -------
+        feature_names_out : ndarray of str objects
+        """
+        check_is_fitted(self)
+        return np.asarray([str(c) for c in self.classes_], dtype=object)
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = True
+        tags.input_tags.allow_nan = False
+        return tags

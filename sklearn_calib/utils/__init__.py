@@ -1,0 +1,1 @@
+"""Utilities: input validation, estimator discovery and scikit-learn compatibility."""

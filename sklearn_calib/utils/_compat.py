@@ -1,0 +1,33 @@
+"""The only module that imports private scikit-learn API.
+
+Everything else in the package imports these names from here, so a change in
+scikit-learn's internals is mended in one place.
+"""
+
+from sklearn.base import _fit_context
+from sklearn.utils._param_validation import (
+    HasMethods,
+    Interval,
+    Options,
+    StrOptions,
+    validate_params,
+)
+from sklearn.utils.validation import (
+    _check_sample_weight,
+    _num_samples,
+    check_is_fitted,
+    validate_data,
+)
+
+__all__ = [
+    "HasMethods",
+    "Interval",
+    "Options",
+    "StrOptions",
+    "_check_sample_weight",
+    "_fit_context",
+    "_num_samples",
+    "check_is_fitted",
+    "validate_data",
+    "validate_params",
+]

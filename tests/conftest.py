@@ -1,0 +1,31 @@
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+SHARED_DATA = Path(
+    os.environ.get(
+        "SKLEARN_CALIB_SHARED_DATA",
+        Path(__file__).resolve().parents[2] / "shared" / "data",
+    )
+)
+
+PUBLIC_SETS = sorted(p.stem for p in SHARED_DATA.glob("*.npz")) if SHARED_DATA.is_dir() else []
+
+
+def load_shared(name):
+    """Real logits from ../shared/data, or skip where the folder is absent."""
+    path = SHARED_DATA / f"{name}.npz"
+    if not path.is_file():
+        pytest.skip(
+            f"{path} not found: the real-logit sets live in ../shared/data beside "
+            "the project checkout (not in a user's clone)."
+        )
+    with np.load(path, allow_pickle=False) as data:
+        return {key: data[key] for key in data.files}
+
+
+@pytest.fixture
+def shared_data():
+    return load_shared

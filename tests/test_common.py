@@ -1,0 +1,268 @@
+"""Checks run over every calibrator found by discovery.
+
+scikit-learn's estimator checks run with an explicit, strict expected-failure
+table; our own checks cover what those skip, on correctly shaped logits.
+"""
+
+import pickle
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from sklearn_calib.utils._testing import (
+    FAST_PARAMS,
+    expected_failed_checks,
+    make_fast,
+    make_logits,
+)
+from sklearn_calib.utils.discovery import all_calibrators
+
+CALIBRATORS = [cls for _, cls in all_calibrators()]
+IDS = [name for name, _ in all_calibrators()]
+
+
+@parametrize_with_checks(
+    [make_fast(cls) for cls in CALIBRATORS],
+    expected_failed_checks=expected_failed_checks,
+)
+def test_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+def test_every_calibrator_has_fast_params():
+    missing = [name for name, _ in all_calibrators() if name not in FAST_PARAMS]
+    assert not missing, f"add FAST_PARAMS entries for {missing}"
+
+
+def test_registry_is_not_empty():
+    assert "TemperatureScaling" in IDS
+
+
+def test_import_does_not_load_torch_or_matplotlib():
+    code = (
+        "import sys, sklearn_calib, sklearn_calib.metrics; "
+        "print('torch' in sys.modules, 'matplotlib' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert out == ["False", "False"]
+
+
+@pytest.fixture(params=CALIBRATORS, ids=IDS)
+def calibrator(request):
+    return make_fast(request.param)
+
+
+@pytest.fixture
+def logits_y():
+    return make_logits(n_samples=400, n_classes=4, seed=1)
+
+
+def test_predict_proba_on_simplex(calibrator, logits_y):
+    X, y = logits_y
+    proba = calibrator.fit(X, y).predict_proba(X)
+    assert proba.shape == X.shape
+    assert np.all(np.isfinite(proba))
+    assert np.all(proba >= 0)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-10)
+
+
+def test_transform_is_log_predict_proba(calibrator, logits_y):
+    X, y = logits_y
+    calibrator.fit(X, y)
+    log_proba = calibrator.transform(X)
+    assert np.all(np.isfinite(log_proba))
+    np.testing.assert_allclose(np.exp(log_proba), calibrator.predict_proba(X), atol=1e-12)
+    np.testing.assert_array_equal(
+        calibrator.predict(X), calibrator.classes_[calibrator.predict_proba(X).argmax(1)]
+    )
+
+
+def test_argmax_kept_where_promised(calibrator, logits_y):
+    if not getattr(calibrator, "_preserves_argmax", False):
+        pytest.skip(f"{type(calibrator).__name__} may change the argmax by design")
+    X, y = logits_y
+    np.testing.assert_array_equal(calibrator.fit(X, y).predict(X), X.argmax(axis=1))
+
+
+def test_float32_kept(calibrator, logits_y):
+    X, y = logits_y
+    X32 = X.astype(np.float32)
+    calibrator.fit(X32, y)
+    assert calibrator.predict_proba(X32).dtype == np.float32
+    assert calibrator.transform(X32).dtype == np.float32
+    proba64 = clone(calibrator).fit(X, y).predict_proba(X)
+    np.testing.assert_allclose(calibrator.predict_proba(X32), proba64, atol=2e-4)
+
+
+def test_pickle_round_trip(calibrator, logits_y):
+    X, y = logits_y
+    calibrator.fit(X, y)
+    restored = pickle.loads(pickle.dumps(calibrator))
+    np.testing.assert_array_equal(restored.predict_proba(X), calibrator.predict_proba(X))
+
+
+def test_clone_is_unfitted_with_same_params(calibrator, logits_y):
+    X, y = logits_y
+    calibrator.fit(X, y)
+    cloned = clone(calibrator)
+    assert cloned.get_params() == calibrator.get_params()
+    assert not hasattr(cloned, "classes_")
+
+
+def test_string_labels(calibrator, logits_y):
+    X, y = logits_y
+    names = np.array(["ant", "bee", "cat", "dog"])
+    calibrator.fit(X, names[y])
+    np.testing.assert_array_equal(calibrator.classes_, names)
+    reference = clone(calibrator).fit(X, y)
+    np.testing.assert_allclose(
+        calibrator.predict_proba(X), reference.predict_proba(X), atol=1e-10
+    )
+    assert set(calibrator.predict(X)) <= set(names)
+
+
+def test_sample_weight_equals_repeated_rows(calibrator, logits_y):
+    X, y = logits_y
+    weights = np.random.default_rng(0).integers(0, 4, size=len(y))
+    weighted = clone(calibrator).fit(X, y, sample_weight=weights)
+    repeated = clone(calibrator).fit(np.repeat(X, weights, axis=0), np.repeat(y, weights))
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-5, atol=1e-6
+    )
+
+
+def test_unit_weights_equal_no_weights(calibrator, logits_y):
+    X, y = logits_y
+    weighted = clone(calibrator).fit(X, y, sample_weight=np.ones(len(y)))
+    plain = clone(calibrator).fit(X, y)
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), plain.predict_proba(X), rtol=1e-7, atol=1e-9
+    )
+
+
+def test_missing_class_in_validation_keeps_columns(calibrator):
+    X, y = make_logits(n_samples=400, n_classes=5, seed=3)
+    keep = y != 2
+    calibrator.fit(X[keep], y[keep])
+    np.testing.assert_array_equal(calibrator.classes_, np.arange(5))
+    assert calibrator.predict_proba(X).shape == (400, 5)
+
+
+def test_binary_single_score_column(calibrator):
+    X, y = make_logits(n_samples=400, n_classes=2, seed=4)
+    score = (X[:, 1] - X[:, 0])[:, None]
+    proba = calibrator.fit(score, y).predict_proba(score)
+    assert proba.shape == (400, 2)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert calibrator.n_features_in_ == 1
+
+
+def test_pandas_and_torch_inputs(calibrator, logits_y):
+    pd = pytest.importorskip("pandas")
+    torch = pytest.importorskip("torch")
+    X, y = logits_y
+    reference = clone(calibrator).fit(X, y).predict_proba(X)
+    frame = pd.DataFrame(X, columns=[f"c{i}" for i in range(X.shape[1])])
+    fitted = clone(calibrator).fit(frame, pd.Series(y))
+    np.testing.assert_array_equal(fitted.feature_names_in_, frame.columns)
+    np.testing.assert_allclose(fitted.predict_proba(frame), reference, atol=1e-10)
+    tensor_fit = clone(calibrator).fit(torch.from_numpy(X), torch.from_numpy(y))
+    out = tensor_fit.predict_proba(torch.from_numpy(X))
+    assert isinstance(out, np.ndarray)
+    np.testing.assert_allclose(out, reference, atol=1e-10)
+
+
+def test_set_output_pandas(calibrator, logits_y):
+    pytest.importorskip("pandas")
+    X, y = logits_y
+    names = np.array(["ant", "bee", "cat", "dog"])
+    calibrator.set_output(transform="pandas").fit(X, names[y])
+    frame = calibrator.transform(X)
+    assert list(frame.columns) == list(names)
+
+
+# --- bad input: every calibrator rejects it with a message naming the problem ---
+
+BAD_FIT_INPUTS = {
+    "nan": (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.nan, X), y), "NaN"),
+    "inf": (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.inf, X), y), "infinity"),
+    "3d": (lambda X, y: (X[:, :, None], y), "dim 3"),
+    "empty": (lambda X, y: (X[:0], y[:0]), "0 sample"),
+    "one_class": (lambda X, y: (X, np.zeros_like(y)), "class"),
+    "wrong_width": (lambda X, y: (X[:, :3], y), "columns"),
+    "label_out_of_range": (lambda X, y: (X[:, :3], np.where(y == 3, 7, y)), "outside"),
+    "length_mismatch": (lambda X, y: (X, y[:-1]), "inconsistent numbers of samples"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_FIT_INPUTS))
+def test_bad_fit_input_raises(calibrator, logits_y, case):
+    make_bad, message = BAD_FIT_INPUTS[case]
+    X, y = make_bad(*logits_y)
+    with pytest.raises((ValueError, TypeError), match=message):
+        calibrator.fit(X, y)
+
+
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        (np.zeros(400), "non-zero|zero for every sample"),
+        (-np.ones(400), "[Nn]egative"),
+        (np.full(400, np.nan), "NaN"),
+        (np.ones(3), "shape|length|inconsistent"),
+    ],
+    ids=["all_zero", "negative", "nan", "wrong_length"],
+)
+def test_bad_sample_weight_raises(calibrator, logits_y, weights, message):
+    X, y = logits_y
+    with pytest.raises((ValueError, TypeError), match=message):
+        calibrator.fit(X, y, sample_weight=weights)
+
+
+def test_bad_predict_input_raises(calibrator, logits_y):
+    X, y = logits_y
+    calibrator.fit(X, y)
+    with pytest.raises(ValueError, match="features"):
+        calibrator.predict_proba(X[:, :3])
+    with pytest.raises(ValueError, match="NaN"):
+        calibrator.predict_proba(np.full_like(X, np.nan))
+
+
+def test_unknown_device_raises(calibrator, logits_y):
+    if "device" not in calibrator.get_params():
+        pytest.skip("not a torch-backed calibrator")
+    X, y = logits_y
+    with pytest.raises(ValueError, match="device"):
+        calibrator.set_params(device="gpu").fit(X, y)
+
+
+def test_cuda_request_falls_back_with_warning(calibrator, logits_y):
+    torch = pytest.importorskip("torch")
+    if "device" not in calibrator.get_params():
+        pytest.skip("not a torch-backed calibrator")
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available: no fallback happens")
+    X, y = logits_y
+    with pytest.warns(UserWarning, match="CUDA is not available"):
+        calibrator.set_params(device="cuda").fit(X, y)
+
+
+@pytest.mark.cuda
+def test_cuda_fit_matches_cpu_and_pickles_to_numpy(calibrator, logits_y):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    if "device" not in calibrator.get_params():
+        pytest.skip("not a torch-backed calibrator")
+    X, y = logits_y
+    on_gpu = clone(calibrator).set_params(device="cuda").fit(X, y)
+    on_cpu = clone(calibrator).set_params(device="cpu").fit(X, y)
+    np.testing.assert_allclose(on_gpu.predict_proba(X), on_cpu.predict_proba(X), atol=1e-4)
+    for value in vars(pickle.loads(pickle.dumps(on_gpu))).values():
+        assert not isinstance(value, torch.Tensor)
