@@ -36,42 +36,41 @@ class TemperatureFit:
 
 
 class _Problem:
-    """Logits, labels and weights, with the per-block pass of one Newton step."""
+    """Logits, labels and weights, with the per-block pass of one Newton step.
+
+    The shifted logits d = z - max z are formed once (one extra copy of the
+    logits, the only N x K allocation of the fit); each Newton pass then reads
+    them block by block with block-sized temporaries.
+    """
 
     def __init__(self, logits, y, weights):
-        self.logits = logits
         self.weights = weights.to(torch.float64)
         self.total_weight = float(self.weights.sum())
         limit = _CUDA_BLOCK_ELEMENTS if logits.is_cuda else _CPU_BLOCK_ELEMENTS
         self.block_rows = max(1, limit // logits.shape[1])
         row_max = logits.amax(dim=1, keepdim=True)
-        true_logit = logits.gather(1, y.view(-1, 1))
-        self.row_max = row_max
+        self.shifted = logits - row_max
+        true_shifted = self.shifted.gather(1, y.view(-1, 1)).squeeze(1)
         # sum_i w_i d_{i,y_i}, constant in beta
-        self.weighted_true = float(
-            ((true_logit - row_max).squeeze(1).to(torch.float64) * self.weights).sum()
-        )
-        # Mean spread of each row below its maximum: the logits' own scale.
-        spread = (row_max - logits.mean(dim=1, keepdim=True)).squeeze(1)
-        self.scale = float((spread.to(torch.float64) * self.weights).sum()) / (
-            self.total_weight
-        )
+        self.weighted_true = float((true_shifted.to(torch.float64) * self.weights).sum())
+        # Mean gap between each row's maximum and mean: the logits' own scale.
+        gap = -self.shifted.mean(dim=1, dtype=torch.float64)
+        self.scale = float((gap * self.weights).sum()) / self.total_weight
 
     def derivatives(self, beta):
         """First and second derivative of the weighted mean NLL at beta."""
         first = 0.0
         second = 0.0
-        n_rows = self.logits.shape[0]
+        n_rows = self.shifted.shape[0]
         for start in range(0, n_rows, self.block_rows):
-            stop = min(start + self.block_rows, n_rows)
-            d = self.logits[start:stop] - self.row_max[start:stop]
+            d = self.shifted[start : start + self.block_rows]
             e = torch.mul(d, beta).exp_()
-            s0 = e.sum(dim=1, dtype=torch.float64)
+            s0 = e.sum(dim=1).to(torch.float64)
             e.mul_(d)
-            s1 = e.sum(dim=1, dtype=torch.float64)
+            s1 = e.sum(dim=1).to(torch.float64)
             s2 = torch.linalg.vecdot(e, d).to(torch.float64)
             mean_d = s1 / s0
-            w = self.weights[start:stop]
+            w = self.weights[start : start + self.block_rows]
             first += float((w * mean_d).sum())
             second += float((w * (s2 / s0 - mean_d * mean_d)).sum())
         first = (first - self.weighted_true) / self.total_weight
@@ -104,6 +103,7 @@ def _newton(problem, beta, lo, hi, max_iter, rtol):
     """
     lo_checked = hi_checked = False
     previous_step = float("inf")
+    slow_steps = 0
     g = float("nan")
     for n_iter in range(1, max_iter + 1):
         g, h = problem.derivatives(beta)
@@ -120,24 +120,35 @@ def _newton(problem, beta, lo, hi, max_iter, rtol):
                 return TemperatureFit(hi, n_iter, "at_upper_beta", g)
             return TemperatureFit(lo, n_iter, "at_lower_beta", g)
         candidate = _newton_candidate(beta, g, h)
-        if candidate >= hi and not hi_checked:
+        # Newton crawls linearly when the optimum is at a bound (for example
+        # a separable calibration set: L' ~ -c exp(-beta gap)); two slow steps
+        # in a row trigger the check of the bound the gradient points to.
+        slow = abs(candidate - beta) > max(0.5 * previous_step, _NOISE_FLOOR * beta)
+        slow_steps = slow_steps + 1 if slow else 0
+        if (candidate >= hi or (slow_steps >= 2 and g < 0)) and not hi_checked:
             g_hi, _ = problem.derivatives(hi)
             if g_hi <= 0:
                 return TemperatureFit(hi, n_iter + 1, "at_upper_beta", g_hi)
             hi_checked = True
-        if candidate <= lo and not lo_checked:
+        if (candidate <= lo or (slow_steps >= 2 and g > 0)) and not lo_checked:
             g_lo, _ = problem.derivatives(lo)
             if g_lo >= 0:
                 return TemperatureFit(lo, n_iter + 1, "at_lower_beta", g_lo)
             lo_checked = True
-        if not lo < candidate < hi:
+        if not lo < candidate < hi or (slow_steps >= 2 and lo_checked and hi_checked):
             candidate = (lo * hi) ** 0.5  # bisect in log space: beta spans decades
         step = abs(candidate - beta)
         beta = candidate
-        # Converged, or the step stopped shrinking at the rounding floor of
-        # the logits' dtype (quadratic convergence then has nothing left to gain).
-        if step <= rtol * beta or (
-            step <= _NOISE_FLOOR * beta and step > 0.25 * previous_step
+        # Converged: the step is below tolerance, or quadratic convergence
+        # (error_{k+1} ~ C step_k^2, C estimated from the last two steps)
+        # predicts that the step just taken already lands within tolerance.
+        # Or the step stopped shrinking at the rounding floor of the logits'
+        # dtype, where another pass has nothing left to gain.
+        predicted_error = step * step * step / previous_step**2
+        if (
+            step <= rtol * beta
+            or (step <= _NOISE_FLOOR * beta and predicted_error <= rtol * beta)
+            or (step <= _NOISE_FLOOR * beta and step > 0.25 * previous_step)
         ):
             return TemperatureFit(beta, n_iter, "converged", g)
         previous_step = step
