@@ -1,0 +1,257 @@
+"""Bad inputs, numerical extremes, properties and determinism over every calibrator.
+
+Driven by the registries, so a new calibrator is covered the day it is added.
+Each case either works (and the numbers are checked) or raises a
+ValueError/TypeError naming the problem; predict_proba never returns NaN or inf.
+"""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+from sklearn.base import clone
+
+from sklearn_calib.utils._testing import make_fast, make_logits
+from sklearn_calib.utils.discovery import all_calibrators
+
+CALIBRATORS = [cls for _, cls in all_calibrators()]
+IDS = [name for name, _ in all_calibrators()]
+
+
+@pytest.fixture(params=CALIBRATORS, ids=IDS)
+def calibrator(request):
+    return make_fast(request.param)
+
+
+def _fit_predict(calibrator, X, y, X_pred=None):
+    calibrator.fit(X, y)
+    proba = calibrator.predict_proba(X if X_pred is None else X_pred)
+    assert np.all(np.isfinite(proba)), "predict_proba returned NaN or inf"
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-5)
+    return proba
+
+
+@pytest.fixture
+def data():
+    return make_logits(n_samples=300, n_classes=4, seed=12)
+
+
+# --- layouts and dtypes that must give the same numbers as a plain float64 array ---
+
+LAYOUTS = {
+    "fortran": lambda X: np.asfortranarray(X),
+    "non_contiguous": lambda X: np.repeat(X, 2, axis=1)[:, ::2],
+    "read_only": lambda X: _read_only(X),
+    "list": lambda X: X.tolist(),
+}
+
+
+def _read_only(X):
+    X = X.copy()
+    X.flags.writeable = False
+    return X
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_layouts_give_same_numbers(calibrator, data, layout):
+    X, y = data
+    reference = clone(calibrator).fit(X, y).predict_proba(X)
+    transformed = LAYOUTS[layout](X)
+    proba = _fit_predict(clone(calibrator), transformed, y, transformed)
+    np.testing.assert_allclose(proba, reference, rtol=1e-7, atol=1e-10)
+
+
+def test_integer_logits_work(calibrator):
+    X, y = make_logits(n_samples=300, n_classes=3, seed=2)
+    X_int = np.round(X).astype(np.int64)
+    proba = _fit_predict(calibrator, X_int, y)
+    reference = clone(calibrator).fit(X_int.astype(np.float64), y).predict_proba(
+        X_int.astype(np.float64)
+    )
+    np.testing.assert_allclose(proba, reference, rtol=1e-7, atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype_name", ["float16", "bfloat16"])
+def test_half_precision_torch_logits(calibrator, data, dtype_name):
+    torch = pytest.importorskip("torch")
+    X, y = data
+    tensor = torch.from_numpy(X).to(getattr(torch, dtype_name))
+    proba = _fit_predict(calibrator, tensor, y, tensor)
+    assert proba.dtype == np.float32
+    # Compare with the same (rounded) values given as float32.
+    as_float32 = tensor.float().numpy()
+    reference = clone(calibrator).fit(as_float32, y).predict_proba(as_float32)
+    np.testing.assert_allclose(proba, reference, atol=1e-6)
+
+
+def test_numpy_float16_logits(calibrator, data):
+    X, y = data
+    proba = _fit_predict(calibrator, X.astype(np.float16), y, X.astype(np.float16))
+    assert proba.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [np.array([False, True]), np.array([-1.0, 2.0]), np.array(["no", "yes"])],
+    ids=["bool", "float", "str"],
+)
+def test_label_types_binary(calibrator, labels):
+    X, y = make_logits(n_samples=300, n_classes=2, seed=5)
+    proba = _fit_predict(calibrator, X, labels[y])
+    np.testing.assert_array_equal(calibrator.classes_, labels)
+    assert set(np.unique(calibrator.predict(X))) <= set(labels)
+    reference = clone(calibrator).fit(X, y).predict_proba(X)
+    np.testing.assert_allclose(proba, reference, atol=1e-10)
+
+
+def test_continuous_labels_are_rejected(calibrator):
+    X, y = make_logits(n_samples=100, n_classes=2, seed=5)
+    with pytest.raises(ValueError, match="Unknown label type: continuous"):
+        calibrator.fit(X, np.array([-1.5, 2.5])[y])
+
+
+def test_pandas_non_default_index(calibrator, data):
+    pd = pytest.importorskip("pandas")
+    X, y = data
+    index = np.arange(len(y))[::-1] * 7 + 1000
+    frame = pd.DataFrame(X, index=index)
+    labels = pd.Series(y, index=index)
+    proba = _fit_predict(clone(calibrator), frame, labels, frame)
+    np.testing.assert_allclose(
+        proba, clone(calibrator).fit(X, y).predict_proba(X), rtol=1e-7, atol=1e-10
+    )
+
+
+def test_one_sample_predict(calibrator, data):
+    X, y = data
+    calibrator.fit(X, y)
+    one = calibrator.predict_proba(X[:1])
+    np.testing.assert_allclose(one, calibrator.predict_proba(X)[:1])
+
+
+def test_one_sample_fit_is_rejected(calibrator, data):
+    X, y = data
+    with pytest.raises(ValueError, match="class"):
+        calibrator.fit(X[:1], y[:1])
+
+
+# --- numerical extremes ---
+
+
+@pytest.mark.parametrize("scale", [1e4, 1e-6])
+def test_extreme_logit_magnitudes(calibrator, scale):
+    X, y = make_logits(n_samples=300, n_classes=4, seed=8)
+    X = X / np.abs(X).max() * scale
+    with np.errstate(all="raise"):
+        _fit_predict(calibrator, X, y)
+
+
+def test_large_constant_offset(calibrator, data):
+    X, y = data
+    _fit_predict(calibrator, X + 1e6, y)
+
+
+def test_two_classes(calibrator):
+    X, y = make_logits(n_samples=300, n_classes=2, seed=9)
+    assert _fit_predict(calibrator, X, y).shape == (300, 2)
+
+
+def test_ten_thousand_classes(calibrator):
+    rng = np.random.default_rng(0)
+    n, k = 400, 10_000
+    y = rng.integers(0, k, size=n)
+    X = rng.normal(size=(n, k)).astype(np.float32)
+    X[np.arange(n), y] += 4.0
+    proba = _fit_predict(calibrator, X, y)
+    assert proba.shape == (n, k)
+
+
+def test_constant_logits(calibrator):
+    y = np.tile(np.arange(3), 20)
+    X = np.zeros((60, 3))
+    proba = _fit_predict(calibrator, X, y)
+    np.testing.assert_allclose(proba, 1 / 3, atol=0.2)
+
+
+def test_all_predictions_correct(calibrator):
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 3, size=200)
+    X = 6.0 * np.eye(3)[y] + rng.normal(scale=0.3, size=(200, 3))
+    proba = _fit_predict(calibrator, X, y)
+    # A perfect calibration set pushes every method towards confident outputs.
+    assert proba[np.arange(200), y].mean() > 0.9
+
+
+def test_predict_proba_memory_is_bounded(calibrator):
+    tracemalloc = pytest.importorskip("tracemalloc")
+    X, y = make_logits(n_samples=2000, n_classes=50, seed=3, dtype=np.float32)
+    calibrator.fit(X, y)
+    big = np.tile(X, (50, 1))  # 100k x 50 float32
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        proba = calibrator.predict_proba(big)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak <= 3 * proba.nbytes
+
+
+# --- determinism ---
+
+
+def test_same_seed_same_bits(calibrator, data):
+    X, y = data
+    first = clone(calibrator).fit(X, y).predict_proba(X)
+    second = clone(calibrator).fit(X, y).predict_proba(X)
+    np.testing.assert_array_equal(first, second)
+
+
+# --- properties (hypothesis) ---
+
+finite_logits = arrays(
+    np.float64,
+    st.tuples(st.integers(12, 40), st.integers(2, 5)),
+    elements=st.floats(-30, 30, allow_nan=False, width=64),
+)
+
+
+@pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(X=finite_logits, seed=st.integers(0, 2**16))
+def test_property_simplex_and_consistency(cls, X, seed):
+    rng = np.random.default_rng(seed)
+    n, k = X.shape
+    y = np.concatenate([np.arange(k), rng.integers(0, k, size=n - k)])
+    calibrator = make_fast(cls)
+    try:
+        calibrator.fit(X, y)
+    except ValueError as exc:  # only a named, documented refusal is acceptable
+        assert str(exc)
+        return
+    proba = calibrator.predict_proba(X)
+    assert np.all(np.isfinite(proba)) and np.all(proba >= 0)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-9)
+    np.testing.assert_allclose(np.exp(calibrator.transform(X)), proba, atol=1e-12)
+    if getattr(calibrator, "_preserves_argmax", False):
+        # Ties may break either way; where the maximum is unique it must stay.
+        top2 = np.sort(X, axis=1)[:, -2:]
+        unique = top2[:, 1] - top2[:, 0] > 1e-9 * np.maximum(1, np.abs(top2[:, 1]))
+        np.testing.assert_array_equal(
+            proba.argmax(axis=1)[unique], X.argmax(axis=1)[unique]
+        )
+
+
+@pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 2**16))
+def test_property_integer_weights_equal_repetition(cls, seed):
+    X, y = make_logits(n_samples=120, n_classes=3, seed=seed)
+    weights = np.random.default_rng(seed).integers(0, 3, size=len(y))
+    weights[:3] = 1  # keep every class present
+    weighted = make_fast(cls).fit(X, y, sample_weight=weights)
+    repeated = make_fast(cls).fit(np.repeat(X, weights, axis=0), np.repeat(y, weights))
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-5, atol=1e-6
+    )
