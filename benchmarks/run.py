@@ -1,0 +1,67 @@
+"""Run every benchmark and collect the results into docs/benchmarks.md.
+
+``python benchmarks/run.py`` runs the full suite (about half an hour on 2
+cores); ``--quick`` a subset that finishes in a few minutes. Each benchmark
+writes JSON and markdown to ``benchmarks/results`` (or ``--out``); this script
+concatenates the markdown tables into ``docs/benchmarks.md``.
+"""
+
+import argparse
+import importlib
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+BENCHMARKS = [
+    "bench_temperature",
+    "bench_scaling",
+    "bench_smart",
+    "bench_metrics",
+    "bench_quality",
+]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fast subset of every benchmark")
+    parser.add_argument("--out", default=str(HERE / "results"), help="results folder")
+    parser.add_argument("--docs", default=str(HERE.parent / "docs" / "benchmarks.md"),
+                        help="markdown page to (re)write; '' to skip")
+    parser.add_argument("--only", default="", help="comma-separated subset of benchmarks")
+    args = parser.parse_args(argv)
+
+    chosen = [b for b in BENCHMARKS if not args.only or b in args.only.split(",")]
+    timings = {}
+    for name in chosen:
+        module = importlib.import_module(name)
+        start = time.perf_counter()
+        print(f"== {name}", flush=True)
+        module.main((["--quick"] if args.quick else []) + ["--out", args.out])
+        timings[name] = time.perf_counter() - start
+
+    if args.docs:
+        parts = [
+            "# Benchmarks\n",
+            "Regenerate with `python benchmarks/run.py"
+            f"{' --quick' if args.quick else ''}` (results also as JSON in "
+            "`benchmarks/results/`). Timings are wall-clock on the machine named in "
+            "each section; nothing here is asserted by the tests.\n",
+        ]
+        for name in chosen:
+            md = Path(args.out) / f"{name}.md"
+            if md.is_file():
+                text = md.read_text()
+                # demote the benchmark's own headings by one level
+                parts.append("\n".join("#" + l if l.startswith("#") else l
+                                       for l in text.splitlines()))
+        parts.append("\nRun times of this regeneration: " + ", ".join(
+            f"{n} {t:.0f} s" for n, t in timings.items()) + ".\n")
+        Path(args.docs).write_text("\n".join(parts))
+        print(f"wrote {args.docs}")
+
+
+if __name__ == "__main__":
+    main()
