@@ -35,6 +35,14 @@ class TemperatureFit:
     gradient: float
 
 
+def _spaced_rows(n_rows, device):
+    """Up to WARM_START_ROWS evenly spaced row indices (all rows when fewer)."""
+    if n_rows <= WARM_START_ROWS:
+        return torch.arange(n_rows, device=device)
+    rows = torch.linspace(0, n_rows - 1, WARM_START_ROWS, device=device)
+    return rows.round().long()
+
+
 class _Problem:
     """Logits, labels and weights, with the per-block pass of one Newton step.
 
@@ -53,9 +61,13 @@ class _Problem:
         true_shifted = self.shifted.gather(1, y.view(-1, 1)).squeeze(1)
         # sum_i w_i d_{i,y_i}, constant in beta
         self.weighted_true = float((true_shifted.to(torch.float64) * self.weights).sum())
-        # Mean gap between each row's maximum and mean: the logits' own scale.
-        gap = -self.shifted.mean(dim=1, dtype=torch.float64)
-        self.scale = float((gap * self.weights).sum()) / self.total_weight
+        # Mean gap between each row's maximum and mean: the logits' own scale,
+        # which only sets the bounds of beta, so evenly spaced rows suffice.
+        rows = _spaced_rows(logits.shape[0], logits.device)
+        gap = -self.shifted[rows].mean(dim=1, dtype=torch.float64)
+        self.scale = float((gap * self.weights[rows]).sum()) / max(
+            float(self.weights[rows].sum()), 1e-300
+        )
 
     def derivatives(self, beta):
         """First and second derivative of the weighted mean NLL at beta."""
@@ -180,8 +192,7 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     if n_rows > 4 * WARM_START_ROWS:
         # A solve on evenly spaced rows lands within a few percent of the
         # optimum, so the full data needs only the last quadratic steps.
-        rows = torch.linspace(0, n_rows - 1, WARM_START_ROWS, device=logits.device)
-        rows = rows.round().long()
+        rows = _spaced_rows(n_rows, logits.device)
         sub = _Problem(logits[rows], y[rows], weights[rows])
         if sub.total_weight > 0 and sub.scale > 0:
             warm = _newton(sub, beta, lo, hi, max_iter, rtol=1e-6)
