@@ -6,6 +6,7 @@ matplotlib: torch is loaded when a calibrator is fitted, matplotlib when a
 figure is drawn.
 """
 
+from ._meta import CalibratedClassifier
 from ._scaling import TemperatureScaling
 from .base import BaseCalibrator
 
@@ -13,6 +14,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BaseCalibrator",
+    "CalibratedClassifier",
     "TemperatureScaling",
     "__version__",
 ]

@@ -5,6 +5,7 @@ scikit-learn's internals is mended in one place.
 """
 
 from sklearn.base import _fit_context
+from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import (
     HasMethods,
     Interval,
@@ -12,7 +13,9 @@ from sklearn.utils._param_validation import (
     StrOptions,
     validate_params,
 )
+from sklearn.utils.metadata_routing import _routing_enabled
 from sklearn.utils.validation import (
+    _check_method_params,
     _check_sample_weight,
     _num_samples,
     check_is_fitted,
@@ -24,9 +27,12 @@ __all__ = [
     "Interval",
     "Options",
     "StrOptions",
+    "_check_method_params",
     "_check_sample_weight",
     "_fit_context",
     "_num_samples",
+    "_routing_enabled",
+    "_safe_indexing",
     "check_is_fitted",
     "validate_data",
     "validate_params",

@@ -8,6 +8,7 @@ import re
 from numbers import Integral
 
 import numpy as np
+from sklearn.utils import column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 
 from ._compat import _check_sample_weight, validate_data
@@ -89,6 +90,30 @@ def check_logits_and_labels(estimator, X, y):
     )
     check_classification_targets(y)
     return X, y
+
+
+def check_classification_labels(estimator, y):
+    """Validate the labels of a classifier that does not read X itself.
+
+    For meta-estimators, whose inner estimator validates X: ``y`` must be
+    given, 1-D (a column vector is raveled with a warning), a classification
+    target and hold at least two classes.
+    """
+    y = to_numpy(y)
+    if y is None:
+        raise ValueError(
+            f"{type(estimator).__name__} requires y to be passed, but the target y "
+            "is None."
+        )
+    y = column_or_1d(y, warn=True)
+    check_classification_targets(y)
+    n_classes = np.unique(y).shape[0]
+    if n_classes < 2:
+        raise ValueError(
+            "Calibration needs samples of at least 2 classes; y contains only "
+            f"{n_classes} class."
+        )
+    return y
 
 
 def resolve_classes(y, n_cols):
