@@ -1,11 +1,11 @@
 """The bundled real logits: contents, licences, packaging and reference figures."""
 
 import fnmatch
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 
 import sklearn_calib
 from sklearn_calib.datasets import list_logits, load_logits
@@ -62,7 +62,9 @@ def test_arrays_shapes_and_types(name):
     assert data.y_val.shape == (n_val,) and data.y_test.shape == (n_test,)
     assert data.logits_val.dtype == np.float32 and data.logits_test.dtype == np.float32
     assert data.y_val.dtype == np.int64 and data.y_test.dtype == np.int64
-    assert np.all(np.isfinite(data.logits_val)) and np.all(np.isfinite(data.logits_test))
+    assert np.all(np.isfinite(data.logits_val)) and np.all(
+        np.isfinite(data.logits_test)
+    )
     for y in (data.y_val, data.y_test):
         assert y.min() == 0 and y.max() == n_classes - 1
     assert data.name == name
@@ -133,7 +135,12 @@ def test_package_data_ships_every_data_file():
 def test_files_hold_no_pickled_objects():
     for path in DATA_DIR.glob("*.npz"):
         with np.load(path, allow_pickle=False) as archive:
-            assert sorted(archive.files) == ["logits_test", "logits_val", "y_test", "y_val"]
+            assert sorted(archive.files) == [
+                "logits_test",
+                "logits_val",
+                "y_test",
+                "y_val",
+            ]
             for key in archive.files:
                 assert archive[key].dtype != object
 

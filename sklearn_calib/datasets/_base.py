@@ -139,8 +139,11 @@ def list_logits():
     Examples
     --------
     >>> from sklearn_calib.datasets import list_logits
-    >>> list_logits()
-    ['c100_densenetbc100_netcal', 'c10_densenet40_guo', 'c10_resnet50_cross_entropy_smart']
+    >>> for name in list_logits():
+    ...     print(name)
+    c100_densenetbc100_netcal
+    c10_densenet40_guo
+    c10_resnet50_cross_entropy_smart
     """
     return sorted(_SETS)
 
