@@ -632,10 +632,14 @@ def run_report(args, out=None):
         {
             "method": "Uncalibrated",
             **_score(metric_functions, y_eval, raw),
-            "fit_time_s": 0.0,
+            "fit_time_s": None,
             "note": "",
         }
     ]
+    # Import torch now, so that the first torch-backed method's fit time does
+    # not include loading it.
+    import torch  # noqa: F401
+
     probabilities = {"Uncalibrated": raw}
     progress = Progress(len(methods))
     try:
@@ -833,8 +837,17 @@ def _reliability_png(path, y, proba, name, n_bins):
 
     from .display import ReliabilityDisplay
 
-    fig, ax = plt.subplots(figsize=(4.2, 4.2), layout="constrained")
-    ReliabilityDisplay.from_predictions(y, proba, n_bins=n_bins, name=name, ax=ax)
+    fig, (ax, hist_ax) = plt.subplots(
+        2,
+        1,
+        sharex=True,
+        figsize=(4.2, 5.2),
+        layout="constrained",
+        gridspec_kw={"height_ratios": [3, 1]},
+    )
+    ReliabilityDisplay.from_predictions(
+        y, proba, n_bins=n_bins, name=name, ax=ax, hist_ax=hist_ax
+    )
     ax.set_title(name)
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)

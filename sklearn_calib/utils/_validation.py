@@ -8,7 +8,7 @@ import re
 from numbers import Integral
 
 import numpy as np
-from sklearn.utils import column_or_1d
+from sklearn.utils import assert_all_finite, column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 
 from ._compat import _check_sample_weight, validate_data
@@ -106,6 +106,7 @@ def check_classification_labels(estimator, y):
             "is None."
         )
     y = column_or_1d(y, warn=True)
+    assert_all_finite(y, input_name="y")
     check_classification_targets(y)
     n_classes = np.unique(y).shape[0]
     if n_classes < 2:
