@@ -5,6 +5,7 @@ scikit-learn's internals is mended in one place.
 """
 
 from sklearn.base import _fit_context
+from sklearn.metrics._scorer import _Scorer
 from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import (
     HasMethods,
@@ -27,6 +28,7 @@ __all__ = [
     "Interval",
     "Options",
     "StrOptions",
+    "_Scorer",
     "_check_method_params",
     "_check_sample_weight",
     "_fit_context",

@@ -174,3 +174,207 @@ def check_sample_weight(sample_weight, X):
     if not np.any(sample_weight > 0):
         raise ValueError("sample_weight is zero for every sample; nothing to fit.")
     return sample_weight
+
+
+# --- metrics: predicted probabilities and true labels ---------------------------
+
+# Rows of predicted probabilities must sum to 1 within this absolute tolerance.
+# Loose enough for float32 softmax outputs (and float64 copies of them) over
+# thousands of classes, tight enough to catch logits or unnormalised scores.
+PROBA_SUM_TOL = 1e-3
+
+
+def check_probabilities(y_prob, *, input_name="y_prob"):
+    """Validate predicted probabilities and return them as a 2-D float array.
+
+    A 1-D array (or a single column) holds the positive-class probabilities
+    of a binary problem and becomes the two columns ``(1 - p, p)``. float32
+    stays float32 and a valid array is not copied. Every entry must be finite
+    and non-negative, and every row must sum to 1 within ``PROBA_SUM_TOL``.
+
+    Parameters
+    ----------
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities; numpy arrays, lists, pandas objects and
+        torch tensors (any device) are accepted.
+    input_name : str, default="y_prob"
+        Name of the argument, for the error messages.
+
+    Returns
+    -------
+    y_prob : ndarray of shape (n_samples, n_classes)
+        float32 or float64, with ``n_classes >= 2``.
+    """
+    y_prob = to_numpy(y_prob)
+    if hasattr(y_prob, "to_numpy") and not isinstance(y_prob, np.ndarray):
+        y_prob = y_prob.to_numpy()
+    y_prob = np.asarray(y_prob)
+    if y_prob.dtype == object or not (
+        np.issubdtype(y_prob.dtype, np.number) or y_prob.dtype == bool
+    ):
+        raise TypeError(
+            f"{input_name} must hold numbers (predicted probabilities), got an "
+            f"array of dtype {y_prob.dtype}."
+        )
+    if y_prob.dtype not in (np.float32, np.float64):
+        y_prob = y_prob.astype(np.float64)
+    if y_prob.ndim == 1:
+        y_prob = y_prob[:, None]
+    if y_prob.ndim != 2:
+        raise ValueError(
+            f"{input_name} must be 1-D (positive-class probabilities) or 2-D "
+            f"(n_samples, n_classes); got an array with {y_prob.ndim} dimensions."
+        )
+    if y_prob.shape[0] == 0:
+        raise ValueError(f"{input_name} has 0 samples; at least 1 is required.")
+    if y_prob.shape[1] == 1:
+        positive = y_prob[:, 0]
+        _check_probability_values(y_prob, input_name, binary=True)
+        return np.column_stack([1 - positive, positive])
+    _check_probability_values(y_prob, input_name, binary=False)
+    return y_prob
+
+
+def _check_probability_values(y_prob, input_name, *, binary):
+    """Finite, non-negative entries whose rows sum to 1 (or lie in [0, 1])."""
+    # The min catches negatives and NaN, the row sums (one BLAS pass) catch
+    # infinities and rows off the simplex: two passes whatever the dtype.
+    lowest = y_prob.min()
+    if binary:
+        row_error = np.maximum(y_prob[:, 0] - 1, 0)
+    else:
+        row_error = np.abs(y_prob @ np.ones(y_prob.shape[1], y_prob.dtype) - 1)
+    worst = row_error.max()
+    if np.isfinite(lowest) and lowest >= 0 and worst <= PROBA_SUM_TOL:
+        return
+    if not np.all(np.isfinite(y_prob)):
+        raise ValueError(f"{input_name} contains NaN or infinity.")
+    if lowest < 0:
+        raise ValueError(
+            f"{input_name} contains negative values (min {float(lowest):.6g}); "
+            "pass probabilities, not logits or scores."
+        )
+    if binary:
+        raise ValueError(
+            f"{input_name} holds positive-class probabilities above 1 (max "
+            f"{float(y_prob.max()):.6g}); pass probabilities, not scores."
+        )
+    row = int(np.argmax(row_error))
+    raise ValueError(
+        f"{input_name} rows must sum to 1 (within {PROBA_SUM_TOL}); row {row} "
+        f"sums to {float(y_prob[row].sum(dtype=np.float64)):.6g}. Pass "
+        "probabilities (for example softmax(logits)), not logits or scores."
+    )
+
+
+def encode_metric_labels(y_true, n_classes, labels=None):
+    """Integer codes of the true labels in the column order of ``y_prob``.
+
+    Parameters
+    ----------
+    y_true : ndarray of shape (n_samples,)
+        True labels, of any type scikit-learn accepts.
+    n_classes : int
+        Number of probability columns.
+    labels : array-like of shape (n_classes,) or None
+        ``labels[k]`` is the class of column ``k``. When None, integer labels
+        that all lie in ``range(n_classes)`` are the column indices
+        themselves; otherwise the sorted distinct labels of ``y_true`` must be
+        exactly ``n_classes`` (scikit-learn's order of ``classes_``).
+
+    Returns
+    -------
+    y_codes : ndarray of shape (n_samples,) of intp
+    classes : ndarray of shape (n_classes,)
+    """
+    if labels is not None:
+        classes = np.asarray(to_numpy(labels))
+        if classes.ndim != 1 or classes.shape[0] != n_classes:
+            raise ValueError(
+                f"labels must list one class per column of y_prob: y_prob has "
+                f"{n_classes} columns, labels has shape {classes.shape}."
+            )
+        sorter = np.argsort(classes, kind="stable")
+        ordered = classes[sorter]
+        if np.any(ordered[1:] == ordered[:-1]):
+            raise ValueError(f"labels contains duplicates: {classes.tolist()!r}.")
+        try:
+            where = np.searchsorted(ordered, y_true)
+            where = np.minimum(where, n_classes - 1)
+            known = ordered[where] == y_true
+        except TypeError:
+            known = np.zeros(y_true.shape[0], dtype=bool)
+            where = np.zeros(y_true.shape[0], dtype=np.intp)
+        if not np.all(known):
+            unknown = np.unique(y_true[~np.asarray(known, dtype=bool)])[:5]
+            raise ValueError(
+                f"y_true contains labels that are not in labels: "
+                f"{unknown.tolist()!r} (labels: {classes.tolist()!r})."
+            )
+        return sorter[where].astype(np.intp, copy=False), classes
+
+    if y_true.dtype == bool or np.issubdtype(y_true.dtype, np.integer):
+        # Fast path without np.unique (a sort): integer labels in range(K)
+        # are the column indices, as for the calibrators' classes_.
+        if y_true.min() >= 0 and y_true.max() < n_classes:
+            return y_true.astype(np.intp, copy=False), np.arange(n_classes)
+    if np.issubdtype(y_true.dtype, np.floating) and not np.all(np.isfinite(y_true)):
+        raise ValueError("y_true contains NaN or infinity.")
+    try:
+        classes, y_codes = np.unique(y_true, return_inverse=True)
+    except TypeError as exc:
+        raise TypeError(
+            f"y_true mixes label types that cannot be sorted ({exc}); pass labels=."
+        ) from None
+    if classes.shape[0] != n_classes:
+        raise ValueError(
+            f"y_true has {classes.shape[0]} distinct labels but y_prob has "
+            f"{n_classes} columns; pass labels= (the class of each column, for "
+            "example the estimator's classes_)."
+        )
+    return y_codes.astype(np.intp, copy=False).ravel(), classes
+
+
+def check_metric_inputs(y_true, y_prob, *, sample_weight=None, labels=None):
+    """Validate the inputs of a calibration metric.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities (see :func:`check_probabilities`).
+    sample_weight : array-like of shape (n_samples,) or None
+        Non-negative, finite weights, not all zero.
+    labels : array-like of shape (n_classes,) or None
+        Class of each probability column (see :func:`encode_metric_labels`).
+
+    Returns
+    -------
+    y_codes : ndarray of shape (n_samples,) of intp
+        Column index of each sample's true class.
+    y_prob : ndarray of shape (n_samples, n_classes)
+        float32 or float64 probabilities (a binary column expanded).
+    sample_weight : ndarray of shape (n_samples,) of float64, or None
+    classes : ndarray of shape (n_classes,)
+    """
+    y_prob = check_probabilities(y_prob)
+    y_true = to_numpy(y_true)
+    if hasattr(y_true, "to_numpy") and not isinstance(y_true, np.ndarray):
+        y_true = y_true.to_numpy()
+    y_true = np.asarray(y_true)
+    if y_true.ndim == 2 and y_true.shape[1] == 1:
+        y_true = y_true[:, 0]
+    if y_true.ndim != 1:
+        raise ValueError(
+            f"y_true must be 1-D (one label per sample); got shape {y_true.shape}."
+        )
+    if y_true.shape[0] != y_prob.shape[0]:
+        raise ValueError(
+            "y_true and y_prob have inconsistent numbers of samples: "
+            f"{y_true.shape[0]} and {y_prob.shape[0]}."
+        )
+    y_codes, classes = encode_metric_labels(y_true, y_prob.shape[1], labels)
+    if sample_weight is not None:
+        sample_weight = check_sample_weight(sample_weight, y_prob)
+    return y_codes, y_prob, sample_weight, classes

@@ -1,0 +1,218 @@
+"""Bootstrap confidence intervals for any metric, evaluated in batches of resamples.
+
+A bootstrap resample is a vector of counts (how often each row was drawn),
+so a metric that accepts sample weights evaluates it as the weights
+``counts * sample_weight``. The resamples are drawn as rows of indices, turned
+into a count matrix slab by slab, and every metric of this library evaluates
+a whole slab at once (its binning, confidences and per-sample losses are
+computed once). Any other metric is called once per resample on the drawn rows.
+"""
+
+from numbers import Integral, Real
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.utils import check_random_state
+
+from ..utils._compat import Interval, validate_params
+from ..utils._validation import check_metric_inputs
+from . import _calibration as _cal
+from . import _proper, _smooth
+
+# Count matrices are built in slabs of about this many entries.
+_SLAB_ELEMENTS = 2**22
+
+
+def _binned(**fixed):
+    def factory(y_codes, y_prob, **params):
+        return _cal._BinnedMetric(y_codes, y_prob, **fixed, **params)
+
+    return factory
+
+
+# The metrics evaluated in batches: public function -> factory of an evaluator
+# ``evaluate(weights (n_rows, n_samples)) -> values (n_rows,)``.
+_BATCHED = {
+    _cal.expected_calibration_error: _binned(reduction="ece"),
+    _cal.adaptive_calibration_error: _binned(reduction="ece", strategy="quantile"),
+    _cal.maximum_calibration_error: _binned(reduction="mce"),
+    _cal.rms_calibration_error: _binned(reduction="rms"),
+    _cal.classwise_calibration_error: _binned(reduction="ece", multiclass="classwise"),
+    _smooth.smooth_calibration_error: _smooth._SmoothMetric,
+    _proper.log_loss: lambda y_codes, y_prob: _proper._LogLoss(y_codes, y_prob),
+    _proper.brier_score: lambda y_codes, y_prob: _proper._BrierScore(y_codes, y_prob),
+}
+
+
+def resample_indices(n_samples, n_resamples, random_state):
+    """Yield slabs of bootstrap row indices, shape (slab_size, n_samples).
+
+    The slab size depends on ``n_samples`` only, so a seed gives the same
+    resamples on every machine.
+    """
+    rng = check_random_state(random_state)
+    step = max(1, _SLAB_ELEMENTS // n_samples)
+    for start in range(0, n_resamples, step):
+        size = min(step, n_resamples - start)
+        yield rng.randint(0, n_samples, size=(size, n_samples))
+
+
+def counts_of(indices, n_samples):
+    """How often each row appears in each resample: shape (n_rows, n_samples)."""
+    n_rows = indices.shape[0]
+    keys = (indices + n_samples * np.arange(n_rows)[:, None]).ravel()
+    return np.bincount(keys, minlength=n_rows * n_samples).reshape(n_rows, n_samples)
+
+
+def resample_weights(n_samples, n_resamples, random_state, sample_weight=None):
+    """Yield slabs of bootstrap weight matrices ``counts * sample_weight``."""
+    for indices in resample_indices(n_samples, n_resamples, random_state):
+        weights = counts_of(indices, n_samples).astype(np.float64)
+        if sample_weight is not None:
+            weights *= sample_weight
+        yield weights
+
+
+class BootstrapInterval(NamedTuple):
+    """A metric value with its bootstrap interval (see :func:`bootstrap_interval`)."""
+
+    value: float
+    low: float
+    high: float
+    resamples: np.ndarray
+
+
+@validate_params(
+    {
+        "metric": [callable],
+        "y_true": ["array-like"],
+        "y_prob": ["array-like"],
+        "n_resamples": [Interval(Integral, 1, None, closed="left")],
+        "confidence_level": [Interval(Real, 0, 1, closed="neither")],
+        "sample_weight": ["array-like", None],
+        "labels": ["array-like", None],
+        "random_state": ["random_state"],
+    },
+    # The metric's own parameters (n_bins, ...) are validated by the metric.
+    prefer_skip_nested_validation=False,
+)
+def bootstrap_interval(
+    metric,
+    y_true,
+    y_prob,
+    *,
+    n_resamples=1000,
+    confidence_level=0.95,
+    sample_weight=None,
+    labels=None,
+    random_state=None,
+    **metric_params,
+):
+    """Percentile bootstrap confidence interval of a metric.
+
+    Draws ``n_resamples`` resamples of the rows with replacement (each the
+    size of the data), evaluates the metric on each and returns the
+    ``(1 - confidence_level) / 2`` and ``(1 + confidence_level) / 2``
+    quantiles of the resampled values. The metrics of this library are
+    evaluated on whole slabs of resamples at once, as weight matrices
+    (counts times ``sample_weight``), without recomputing their binning or
+    confidences; any other ``metric(y_true, y_prob, **metric_params)`` is
+    called on the drawn rows, once per resample.
+
+    Parameters
+    ----------
+    metric : callable
+        A metric of :mod:`sklearn_calib.metrics`, or any function
+        ``metric(y_true, y_prob, **metric_params)`` returning a float.
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities.
+    n_resamples : int, default=1000
+        Number of bootstrap resamples.
+    confidence_level : float, default=0.95
+        Coverage of the interval, in (0, 1).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Weights of the rows, passed to the metric (multiplied by the counts of
+        each resample).
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``, passed to the metric.
+    random_state : int, RandomState instance or None, default=None
+        Seeds the resampling; an int gives the same interval on every run.
+    **metric_params : dict
+        Further keyword arguments of the metric (``n_bins``, ``strategy``...).
+
+    Returns
+    -------
+    interval : BootstrapInterval
+        Named tuple ``(value, low, high, resamples)``: the metric on the data,
+        the interval bounds and the ``n_resamples`` resampled values.
+
+    See Also
+    --------
+    scipy.stats.bootstrap : Bootstrap intervals of generic statistics.
+
+    References
+    ----------
+    .. [1] B. Efron and R. J. Tibshirani, "An Introduction to the Bootstrap",
+       Chapman & Hall, 1993.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_calib.metrics import bootstrap_interval, expected_calibration_error
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.uniform(0.5, 1.0, size=1000)
+    >>> y = (rng.uniform(size=1000) < p).astype(int)
+    >>> ci = bootstrap_interval(expected_calibration_error, y, p, random_state=0)
+    >>> bool(ci.low <= ci.value <= ci.high)
+    True
+    """
+    common = {}
+    if sample_weight is not None:
+        common["sample_weight"] = sample_weight
+    if labels is not None:
+        common["labels"] = labels
+    # The metric on the full data validates the inputs and its parameters.
+    value = float(metric(y_true, y_prob, **common, **metric_params))
+    factory = _BATCHED.get(metric)
+    if factory is not None:
+        y_codes, y_prob, sample_weight, _ = check_metric_inputs(
+            y_true, y_prob, sample_weight=sample_weight, labels=labels
+        )
+        evaluate = factory(y_codes, y_prob, **metric_params)
+        n_samples = y_codes.shape[0]
+        resampled = np.concatenate(
+            [
+                evaluate(weights)
+                for weights in resample_weights(
+                    n_samples, n_resamples, random_state, sample_weight
+                )
+            ]
+        )
+    else:
+        resampled = _resample_generic(
+            metric, y_true, y_prob, common, metric_params, n_resamples, random_state
+        )
+    alpha = (1 - confidence_level) / 2
+    low, high = np.nanquantile(resampled, [alpha, 1 - alpha])
+    return BootstrapInterval(value, float(low), float(high), resampled)
+
+
+def _resample_generic(
+    metric, y_true, y_prob, common, metric_params, n_resamples, random_state
+):
+    """Call ``metric`` on the drawn rows of each resample."""
+    y_true = np.asarray(y_true)
+    y_prob = np.asarray(y_prob)
+    sample_weight = common.get("sample_weight")
+    if sample_weight is not None:
+        sample_weight = np.asarray(sample_weight)
+    values = []
+    for indices in resample_indices(y_true.shape[0], n_resamples, random_state):
+        for rows in indices:
+            params = dict(common)
+            if sample_weight is not None:
+                params["sample_weight"] = sample_weight[rows]
+            values.append(metric(y_true[rows], y_prob[rows], **params, **metric_params))
+    return np.asarray(values, dtype=np.float64)

@@ -1,0 +1,257 @@
+"""Proper scoring rules: the log loss (NLL) and the multiclass Brier score.
+
+Both are means of a per-sample loss, so under any weights (and under a whole
+matrix of bootstrap weights at once) they are one matrix-vector product.
+"""
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..utils._compat import validate_params
+from ..utils._validation import check_metric_inputs
+from ._calibration import _BINNED_CONSTRAINTS, _COMMON_CONSTRAINTS, _Binning
+
+# Rows per block when a per-sample loss reads the whole probability array.
+_BLOCK_ELEMENTS = 2**18
+
+
+def _true_class_proba(y_prob, y_codes):
+    """``q_{i, y_i}`` for every sample, as float64."""
+    return y_prob[np.arange(y_prob.shape[0]), y_codes].astype(np.float64)
+
+
+def _log_losses(y_codes, y_prob):
+    """Per-sample ``-log q_{i, y_i}``, clipped as scikit-learn's ``log_loss`` does."""
+    eps = np.finfo(y_prob.dtype).eps
+    proba = np.clip(_true_class_proba(y_prob, y_codes), eps, 1 - eps)
+    return -np.log(proba)
+
+
+def _brier_losses(y_codes, y_prob):
+    """Per-sample ``sum_k (q_ik - 1[y_i = k])^2 = sum_k q_ik^2 - 2 q_{i,y_i} + 1``."""
+    n_samples, n_classes = y_prob.shape
+    squares = np.empty(n_samples)
+    step = max(1, _BLOCK_ELEMENTS // n_classes)
+    for start in range(0, n_samples, step):
+        block = y_prob[start : start + step].astype(np.float64)
+        squares[start : start + step] = np.einsum("ij,ij->i", block, block)
+    return squares - 2 * _true_class_proba(y_prob, y_codes) + 1
+
+
+class _MeanLoss:
+    """A weighted mean of per-sample losses as a function of the weights."""
+
+    def __init__(self, losses):
+        self._losses = losses
+
+    def __call__(self, weights=None):
+        if weights is None:
+            return np.array([self._losses.mean()])
+        weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+        return weights @ self._losses / weights.sum(axis=1)
+
+
+class _LogLoss(_MeanLoss):
+    def __init__(self, y_codes, y_prob):
+        super().__init__(_log_losses(y_codes, y_prob))
+
+
+class _BrierScore(_MeanLoss):
+    def __init__(self, y_codes, y_prob):
+        super().__init__(_brier_losses(y_codes, y_prob))
+
+
+@validate_params(_COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
+def log_loss(y_true, y_prob, *, sample_weight=None, labels=None):
+    r"""Negative log-likelihood (NLL, cross-entropy) of the true classes.
+
+    .. math::
+
+        \mathrm{NLL} = -\frac{1}{W} \sum_i w_i \log q_{i, y_i},
+
+    with ``q`` clipped to ``[eps, 1 - eps]`` (``eps`` the machine precision of
+    the dtype of ``y_prob``), as :func:`sklearn.metrics.log_loss` does; the
+    values agree with it. Only the true-class column is read, so no one-hot
+    matrix of the labels is built.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities, rows summing to 1 (a 1-D array: the
+        positive-class probabilities of a binary problem).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights.
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``; see
+        :func:`expected_calibration_error`.
+
+    Returns
+    -------
+    nll : float
+        Non-negative; lower is better. A proper scoring rule.
+
+    See Also
+    --------
+    sklearn.metrics.log_loss : The same value.
+    brier_score : The other common proper scoring rule.
+
+    Examples
+    --------
+    >>> from sklearn_calib.metrics import log_loss
+    >>> round(log_loss(["spam", "ham", "ham", "spam"],
+    ...                [[.1, .9], [.9, .1], [.8, .2], [.35, .65]]), 5)
+    0.21616
+    """
+    y_codes, y_prob, sample_weight, _ = check_metric_inputs(
+        y_true, y_prob, sample_weight=sample_weight, labels=labels
+    )
+    return float(_LogLoss(y_codes, y_prob)(sample_weight)[0])
+
+
+@validate_params(_COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
+def brier_score(y_true, y_prob, *, sample_weight=None, labels=None):
+    r"""Multiclass Brier score: the mean squared distance to the one-hot label.
+
+    .. math::
+
+        \mathrm{BS} = \frac{1}{W} \sum_i w_i \sum_k \big(q_{ik} - 1[y_i = k]\big)^2,
+
+    between 0 and 2. For a binary problem (two columns, or one column ``p``
+    read as ``(1 - p, p)``) this is twice scikit-learn's
+    :func:`~sklearn.metrics.brier_score_loss`, which halves the binary case;
+    ``brier_score_loss(..., scale_by_half=False)`` gives the same value.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities (a 1-D array: positive-class probabilities).
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights.
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    brier : float
+        Between 0 and 2; lower is better. A proper scoring rule.
+
+    See Also
+    --------
+    brier_score_decomposition : Reliability, resolution and uncertainty.
+    log_loss : The other common proper scoring rule.
+
+    References
+    ----------
+    .. [1] G. W. Brier, "Verification of forecasts expressed in terms of
+       probability", Monthly Weather Review 78(1), 1950.
+
+    Examples
+    --------
+    >>> from sklearn_calib.metrics import brier_score
+    >>> round(brier_score([0, 1, 2], [[0.8, 0.1, 0.1], [0.2, 0.7, 0.1],
+    ...                               [0.1, 0.2, 0.7]]), 4)
+    0.1133
+    """
+    y_codes, y_prob, sample_weight, _ = check_metric_inputs(
+        y_true, y_prob, sample_weight=sample_weight, labels=labels
+    )
+    return float(_BrierScore(y_codes, y_prob)(sample_weight)[0])
+
+
+class BrierDecomposition(NamedTuple):
+    """Murphy's terms of the Brier score (see :func:`brier_score_decomposition`)."""
+
+    reliability: float
+    resolution: float
+    uncertainty: float
+
+
+@validate_params(_BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
+def brier_score_decomposition(
+    y_true, y_prob, *, n_bins=15, strategy="uniform", sample_weight=None, labels=None
+):
+    r"""Murphy's decomposition of the multiclass Brier score, on class-wise bins.
+
+    For every class ``k``, the probabilities ``q_ik`` are binned (the bins
+    of :func:`calibration_curve` with ``multiclass="classwise"``); bin ``b``
+    holds the weight ``W_kb``, mean forecast ``\bar{q}_{kb}`` and observed
+    frequency ``\bar{o}_{kb}`` of class ``k``, and ``\bar{o}_k`` is the
+    overall frequency of class ``k``. Then
+
+    .. math::
+
+        \mathrm{REL} &= \sum_k \sum_b \tfrac{W_{kb}}{W}
+                        (\bar{q}_{kb} - \bar{o}_{kb})^2,\\
+        \mathrm{RES} &= \sum_k \sum_b \tfrac{W_{kb}}{W}(\bar{o}_{kb} - \bar{o}_k)^2,\\
+        \mathrm{UNC} &= \sum_k \bar{o}_k (1 - \bar{o}_k),
+
+    and :func:`brier_score` ``= REL - RES + UNC`` exactly when the forecasts
+    are constant within each bin. Otherwise the identity holds up to the
+    within-bin variance and covariance terms of Stephenson et al. (2008),
+    which shrink as the bins get finer.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities (a 1-D array: positive-class probabilities).
+    n_bins : int, default=15
+        Number of bins per class.
+    strategy : {"uniform", "quantile"}, default="uniform"
+        Equal-width or equal-mass bins.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights.
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    decomposition : BrierDecomposition
+        Named tuple of floats ``(reliability, resolution, uncertainty)``:
+        reliability is the calibration term (lower is better), resolution
+        the discrimination term (higher is better), uncertainty depends on
+        the labels only.
+
+    See Also
+    --------
+    brier_score : The score being decomposed.
+
+    References
+    ----------
+    .. [1] A. H. Murphy, "A new vector partition of the probability score",
+       Journal of Applied Meteorology 12(4), 1973.
+    .. [2] D. B. Stephenson, C. A. S. Coelho and I. T. Jolliffe, "Two extra
+       components in the Brier score decomposition", Weather and Forecasting
+       23(4), 2008.
+
+    Examples
+    --------
+    >>> from sklearn_calib.metrics import brier_score_decomposition
+    >>> rel, res, unc = brier_score_decomposition([0, 1, 1, 1], [0.25] * 4, n_bins=4)
+    >>> float(rel), float(res), float(unc)
+    (0.5, 0.0, 0.375)
+    """
+    y_codes, y_prob, sample_weight, _ = check_metric_inputs(
+        y_true, y_prob, sample_weight=sample_weight, labels=labels
+    )
+    binning = _Binning(
+        y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass="classwise"
+    )
+    stats = binning.statistics(sample_weight)
+    count, forecast, observed = stats.count[0], stats.score[0], stats.hit[0]
+    total = count.sum(axis=-1, keepdims=True)
+    base_rate = observed.sum(axis=-1, keepdims=True) / total
+    occupied = count > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean_forecast = np.where(occupied, forecast / count, 0.0)
+        frequency = np.where(occupied, observed / count, 0.0)
+    reliability = np.sum(count * (mean_forecast - frequency) ** 2 / total)
+    resolution = np.sum(count * (frequency - base_rate) ** 2 / total)
+    uncertainty = np.sum(base_rate * (1 - base_rate))
+    return BrierDecomposition(float(reliability), float(resolution), float(uncertainty))

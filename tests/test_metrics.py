@@ -1,0 +1,652 @@
+"""Calibration metrics against hand-computed values, slow reference loops and peers."""
+
+import numpy as np
+import pytest
+from sklearn.calibration import calibration_curve as sklearn_calibration_curve
+from sklearn.metrics import brier_score_loss
+from sklearn.metrics import log_loss as sklearn_log_loss
+
+from sklearn_calib.metrics import (
+    adaptive_calibration_error,
+    bootstrap_interval,
+    brier_score,
+    brier_score_decomposition,
+    calibration_curve,
+    classwise_calibration_error,
+    expected_calibration_error,
+    log_loss,
+    maximum_calibration_error,
+    rms_calibration_error,
+    smooth_calibration_error,
+)
+from sklearn_calib.metrics._bootstrap import counts_of, resample_indices
+from sklearn_calib.metrics._calibration import top_label
+from sklearn_calib.utils.discovery import all_metrics
+
+
+def make_probabilities(n_samples=500, n_classes=4, *, scale=3.0, seed=0):
+    """Over-confident softmax probabilities: labels drawn from a softened softmax."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(size=(n_samples, n_classes)) * scale
+    proba = np.exp(z)
+    proba /= proba.sum(axis=1, keepdims=True)
+    softer = np.exp(z / 2)
+    softer /= softer.sum(axis=1, keepdims=True)
+    y = (rng.random((n_samples, 1)) > softer.cumsum(axis=1)).sum(axis=1)
+    return proba, np.minimum(y, n_classes - 1)
+
+
+# --- slow, pure-Python references -------------------------------------------------
+
+
+def _first_argmax(row):
+    best = 0
+    for k in range(1, len(row)):
+        if row[k] > row[best]:
+            best = k
+    return best
+
+
+def _top_label_pairs(y, proba):
+    pairs = []
+    for i in range(len(y)):
+        k = _first_argmax(list(proba[i]))
+        pairs.append((float(proba[i][k]), 1.0 if k == y[i] else 0.0))
+    return pairs
+
+
+def _uniform_bin(score, n_bins):
+    """The bin b with b/M < score <= (b+1)/M, by explicit comparisons."""
+    if score <= 1 / n_bins:
+        return 0
+    for b in range(1, n_bins):
+        if b / n_bins < score <= (b + 1) / n_bins:
+            return b
+    return n_bins - 1
+
+
+def _quantile_bins(scores, weights, n_bins):
+    """Weighted inverted-cdf quantile edges, then (lo, hi] bins, by loops."""
+    order = sorted(range(len(scores)), key=lambda i: scores[i])
+    total = sum(weights)
+    edges = []
+    for b in range(1, n_bins):
+        cumulative = 0.0
+        for i in order:
+            cumulative += weights[i]
+            if cumulative >= b / n_bins * total:
+                edges.append(scores[i])
+                break
+    bins = []
+    for s in scores:
+        bins.append(sum(1 for e in edges if e < s))
+    return bins
+
+
+def _reference(pairs, weights, n_bins, strategy, kind):
+    scores = [p for p, _ in pairs]
+    if strategy == "uniform":
+        bins = [_uniform_bin(s, n_bins) for s in scores]
+    else:
+        bins = _quantile_bins(scores, weights, n_bins)
+    total = sum(weights)
+    mass = [0.0] * n_bins
+    conf = [0.0] * n_bins
+    acc = [0.0] * n_bins
+    for (p, a), b, w in zip(pairs, bins, weights, strict=True):
+        mass[b] += w
+        conf[b] += w * p
+        acc[b] += w * a
+    gaps = [
+        (mass[b], abs(acc[b] / mass[b] - conf[b] / mass[b]))
+        for b in range(n_bins)
+        if mass[b] > 0
+    ]
+    if kind == "ece":
+        return sum(m * g for m, g in gaps) / total
+    if kind == "mce":
+        return max(g for _, g in gaps)
+    return (sum(m * g * g for m, g in gaps) / total) ** 0.5
+
+
+def reference_metric(
+    y,
+    proba,
+    *,
+    n_bins=15,
+    strategy="uniform",
+    kind="ece",
+    weights=None,
+    classwise=False,
+):
+    weights = [1.0] * len(y) if weights is None else [float(w) for w in weights]
+    if not classwise:
+        return _reference(_top_label_pairs(y, proba), weights, n_bins, strategy, kind)
+    per_class = []
+    for k in range(proba.shape[1]):
+        pairs = [(float(proba[i][k]), 1.0 if y[i] == k else 0.0) for i in range(len(y))]
+        per_class.append(_reference(pairs, weights, n_bins, strategy, kind))
+    return sum(per_class) / len(per_class)
+
+
+# --- hand-computed cases ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "y_prob",
+    [[0.95, 1.0], [[0.05, 0.95], [0.0, 1.0]], [[0.95, 0.05, 0.0], [1.0, 0.0, 0.0]]],
+    ids=["binary_column", "two_columns", "three_classes"],
+)
+def test_confidence_one_goes_into_last_bin(y_prob):
+    # Confidences 0.95 (correct) and 1.0 (wrong) share the bin (0.9, 1.0]:
+    # |0.5 - 0.975| = 0.475. A phantom bin for 1.0 would give 0.525.
+    y = [1, 0] if np.ndim(y_prob) == 1 or np.shape(y_prob)[1] == 2 else [0, 1]
+    assert expected_calibration_error(y, y_prob, n_bins=10) == pytest.approx(0.475)
+    curve = calibration_curve(y, y_prob, n_bins=10)
+    np.testing.assert_array_equal(curve.count, [0] * 9 + [2])
+
+
+def test_zero_goes_into_first_bin_classwise():
+    y_prob = np.array([[0.0, 1.0], [1.0, 0.0], [0.5, 0.5]])
+    curve = calibration_curve([1, 0, 1], y_prob, n_bins=4, multiclass="classwise")
+    # Each class sees 0, 1 and 0.5: 0 -> bin 0, 0.5 -> (0.25, 0.5], 1 -> last.
+    np.testing.assert_array_equal(curve.count, [[1, 1, 0, 1], [1, 1, 0, 1]])
+    np.testing.assert_array_equal(curve.bin_edges[0], [0, 0.25, 0.5, 0.75, 1])
+
+
+def test_edge_values_go_into_the_lower_bin():
+    # 0.5 is the edge between the two bins of (0, .5] and (.5, 1].
+    curve = calibration_curve([0, 0, 1], [[0.5, 0.5], [0.6, 0.4], [0.2, 0.8]], n_bins=2)
+    np.testing.assert_array_equal(curve.count, [1, 2])
+
+
+def test_hand_computed_three_bins():
+    # Top-label confidences 0.9 (right), 0.8 (wrong), 0.6 (right), 0.55 (right);
+    # 4 bins: (0.5, 0.75] holds 0.6, 0.55 -> acc 1, conf 0.575; (0.75, 1] holds
+    # 0.9, 0.8 -> acc 0.5, conf 0.85.
+    y_prob = [[0.9, 0.1], [0.8, 0.2], [0.4, 0.6], [0.55, 0.45]]
+    y = [0, 1, 1, 0]
+    assert expected_calibration_error(y, y_prob, n_bins=4) == pytest.approx(
+        0.5 * 0.425 + 0.5 * 0.35
+    )
+    assert maximum_calibration_error(y, y_prob, n_bins=4) == pytest.approx(0.425)
+    assert rms_calibration_error(y, y_prob, n_bins=4) == pytest.approx(
+        np.sqrt(0.5 * 0.425**2 + 0.5 * 0.35**2)
+    )
+    # Two equal-mass bins: {0.55, 0.6} and {0.8, 0.9}: the same bins here.
+    assert adaptive_calibration_error(y, y_prob, n_bins=2) == pytest.approx(0.3875)
+
+
+def test_perfectly_calibrated_bin_has_zero_error():
+    y_prob = np.tile([[0.8, 0.2]], (10, 1))
+    y = np.array([0] * 8 + [1] * 2)
+    assert expected_calibration_error(y, y_prob) == pytest.approx(0.0, abs=1e-15)
+    assert smooth_calibration_error(y, y_prob) < 0.01
+
+
+def test_ties_use_the_first_maximal_column():
+    y_prob = np.full((4, 2), 0.5)
+    y = np.array([0, 1, 0, 1])
+    # Every row predicts class 0 (first maximum): accuracy 0.5 at confidence 0.5.
+    assert expected_calibration_error(y, y_prob) == pytest.approx(0.0)
+    assert expected_calibration_error(np.ones(4, int), y_prob) == pytest.approx(0.5)
+    rows = np.array([[0.2, 0.4, 0.4], [0.4, 0.4, 0.2], [0.1, 0.1, 0.8]])
+    confidence, correct = top_label(rows, np.array([2, 1, 2]))
+    np.testing.assert_array_equal(correct, [False, False, True])
+    np.testing.assert_array_equal(confidence, [0.4, 0.4, 0.8])
+
+
+def test_methods_cross_check_figures():
+    # METHODS.md: on these 5000 x 10 probabilities with 15 bins, netcal,
+    # torchmetrics, torch-uncertainty, probmetrics and a numpy loop all give ECE
+    # 0.21452 and MCE 0.31527, and relplot gives smECE 0.21440.
+    proba, y = make_probabilities(5000, 10, scale=3.0, seed=0)
+    assert expected_calibration_error(y, proba) == pytest.approx(0.21452, abs=5e-6)
+    assert maximum_calibration_error(y, proba) == pytest.approx(0.31527, abs=5e-6)
+    assert smooth_calibration_error(y, proba) == pytest.approx(0.21440, abs=5e-6)
+
+
+# --- against the slow loops -------------------------------------------------------
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+@pytest.mark.parametrize("weighted", [False, True])
+@pytest.mark.parametrize(
+    "metric, kind, classwise",
+    [
+        (expected_calibration_error, "ece", False),
+        (maximum_calibration_error, "mce", False),
+        (rms_calibration_error, "rms", False),
+        (classwise_calibration_error, "ece", True),
+    ],
+    ids=["ece", "mce", "rms", "classwise"],
+)
+def test_binned_metrics_match_reference_loop(
+    metric, kind, classwise, strategy, weighted
+):
+    proba, y = make_probabilities(300, 4, seed=1)
+    weights = np.random.default_rng(2).uniform(0, 3, size=300) if weighted else None
+    expected = reference_metric(
+        y,
+        proba,
+        n_bins=7,
+        strategy=strategy,
+        kind=kind,
+        weights=weights,
+        classwise=classwise,
+    )
+    got = metric(y, proba, n_bins=7, strategy=strategy, sample_weight=weights)
+    assert got == pytest.approx(expected, rel=1e-12, abs=1e-14)
+
+
+@pytest.mark.parametrize("n_bins", [1, 3, 15, 40])
+def test_adaptive_matches_reference_loop(n_bins):
+    proba, y = make_probabilities(400, 3, seed=3)
+    expected = reference_metric(y, proba, n_bins=n_bins, strategy="quantile")
+    assert adaptive_calibration_error(y, proba, n_bins=n_bins) == pytest.approx(
+        expected, rel=1e-12
+    )
+
+
+def test_adaptive_bins_hold_equal_mass():
+    proba, y = make_probabilities(1000, 5, seed=4)
+    curve = calibration_curve(y, proba, n_bins=10, strategy="quantile")
+    np.testing.assert_array_equal(curve.count, np.full(10, 100))
+    assert adaptive_calibration_error(y, proba, n_bins=10) == pytest.approx(
+        expected_calibration_error(y, proba, n_bins=10, strategy="quantile")
+    )
+
+
+def test_quantile_ties_leave_empty_bins():
+    y_prob = np.repeat([[0.9, 0.1], [0.6, 0.4]], [8, 2], axis=0)
+    y = np.zeros(10, int)
+    curve = calibration_curve(y, y_prob, n_bins=5, strategy="quantile")
+    assert curve.count.sum() == 10
+    assert np.count_nonzero(curve.count) == 2
+    assert adaptive_calibration_error(y, y_prob, n_bins=5) == pytest.approx(
+        0.8 * 0.1 + 0.2 * 0.4
+    )
+
+
+def test_calibration_curve_is_consistent_with_ece():
+    proba, y = make_probabilities(800, 6, seed=5)
+    curve = calibration_curve(y, proba, n_bins=12)
+    full = curve.count > 0
+    ece = (
+        np.sum(
+            curve.count[full] * np.abs(curve.accuracy[full] - curve.confidence[full])
+        )
+        / curve.count.sum()
+    )
+    assert ece == pytest.approx(expected_calibration_error(y, proba, n_bins=12))
+    assert np.all(np.isnan(curve.accuracy[~full]))
+
+
+def test_classwise_positive_row_is_sklearn_calibration_curve():
+    rng = np.random.default_rng(6)
+    p = rng.uniform(size=500)
+    y = (rng.uniform(size=500) < p**1.5).astype(int)
+    curve = calibration_curve(y, p, n_bins=8, multiclass="classwise")
+    prob_true, prob_pred = sklearn_calibration_curve(y, p, n_bins=8)
+    full = curve.count[1] > 0
+    np.testing.assert_allclose(curve.accuracy[1][full], prob_true, rtol=1e-12)
+    np.testing.assert_allclose(curve.confidence[1][full], prob_pred, rtol=1e-12)
+
+
+def test_agrees_with_netcal():
+    netcal_metrics = pytest.importorskip("netcal.metrics")
+    proba, y = make_probabilities(2000, 10, seed=7)
+    assert expected_calibration_error(y, proba) == pytest.approx(
+        netcal_metrics.ECE(bins=15).measure(proba, y), rel=1e-9
+    )
+    assert maximum_calibration_error(y, proba) == pytest.approx(
+        netcal_metrics.MCE(bins=15).measure(proba, y), rel=1e-9
+    )
+
+
+# --- smooth ECE -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n_samples, n_classes, scale, seed",
+    [(5000, 10, 3.0, 0), (2000, 3, 1.0, 1), (300, 4, 2.0, 2), (20000, 2, 0.3, 3)],
+)
+def test_smooth_ece_matches_relplot(n_samples, n_classes, scale, seed):
+    relplot = pytest.importorskip("relplot")
+    proba, y = make_probabilities(n_samples, n_classes, scale=scale, seed=seed)
+    confidence, correct = top_label(proba, y)
+    expected, width = relplot.smECE(
+        confidence.astype(float), correct.astype(float), return_width=True
+    )
+    got, bandwidth = smooth_calibration_error(y, proba, return_bandwidth=True)
+    assert got == pytest.approx(expected, abs=1e-9)
+    assert bandwidth == width
+
+
+def test_smooth_ece_fixed_bandwidth_matches_relplot():
+    relplot = pytest.importorskip("relplot")
+    proba, y = make_probabilities(3000, 5, seed=8)
+    confidence, correct = top_label(proba, y)
+    for sigma in (0.3, 0.05, 0.004):
+        expected = relplot.smECE_sigma(
+            confidence.astype(float), correct.astype(float), sigma
+        )
+        got = smooth_calibration_error(y, proba, bandwidth=sigma)
+        assert got == pytest.approx(expected, abs=1e-9)
+
+
+def test_smooth_ece_bandwidth_is_the_fixed_point():
+    proba, y = make_probabilities(4000, 10, seed=9)
+    value, sigma = smooth_calibration_error(y, proba, return_bandwidth=True)
+    # The bracket's upper end: sigma >= smECE(sigma), one bisection step below
+    # the inequality flips.
+    assert sigma >= value
+    below = sigma - 2.0**-10
+    assert below < smooth_calibration_error(y, proba, bandwidth=below)
+    assert abs(value - sigma) < 2e-3
+
+
+def test_smooth_ece_is_small_when_calibrated():
+    rng = np.random.default_rng(10)
+    p = rng.uniform(0.5, 1.0, size=20000)
+    y = (rng.uniform(size=20000) < p).astype(int)
+    assert smooth_calibration_error(y, p) < 0.02
+    assert smooth_calibration_error(1 - y, p) > 0.5
+
+
+# --- proper scores ----------------------------------------------------------------
+
+
+def test_log_loss_equals_sklearn():
+    proba, y = make_probabilities(400, 5, seed=11)
+    w = np.random.default_rng(0).uniform(0, 2, 400)
+    assert log_loss(y, proba) == pytest.approx(sklearn_log_loss(y, proba), rel=1e-12)
+    assert log_loss(y, proba, sample_weight=w) == pytest.approx(
+        sklearn_log_loss(y, proba, sample_weight=w), rel=1e-12
+    )
+    names = np.array(["ant", "bee", "cat", "dog", "eel"])
+    assert log_loss(names[y], proba) == pytest.approx(sklearn_log_loss(names[y], proba))
+    # Zero probabilities are clipped at the dtype's eps, as scikit-learn does.
+    hard = np.eye(3)[[0, 1, 2]]
+    for dtype in (np.float64, np.float32):
+        assert log_loss([1, 1, 2], hard.astype(dtype)) == pytest.approx(
+            sklearn_log_loss([1, 1, 2], hard.astype(dtype), labels=[0, 1, 2]), rel=1e-6
+        )
+    p = np.random.default_rng(1).uniform(size=100)
+    y2 = (p > 0.4).astype(int)
+    assert log_loss(y2, p) == pytest.approx(sklearn_log_loss(y2, p), rel=1e-12)
+
+
+def test_brier_score_equals_sklearn():
+    proba, y = make_probabilities(400, 5, seed=12)
+    assert brier_score(y, proba) == pytest.approx(
+        brier_score_loss(y, proba, scale_by_half=False), rel=1e-12
+    )
+    p = np.random.default_rng(2).uniform(size=200)
+    y2 = (np.random.default_rng(3).uniform(size=200) < p).astype(int)
+    # Binary: the sum over both columns is twice scikit-learn's halved score.
+    assert brier_score(y2, p) == pytest.approx(2 * brier_score_loss(y2, p), rel=1e-12)
+
+
+def test_brier_decomposition_is_exact_for_binned_forecasts():
+    rng = np.random.default_rng(13)
+    centres = (np.arange(10) + 0.5) / 10
+    p = rng.choice(centres, size=3000)
+    y = (rng.uniform(size=3000) < p**1.3).astype(int)
+    w = rng.uniform(0.5, 2, size=3000)
+    for weights in (None, w):
+        rel, res, unc = brier_score_decomposition(
+            y, p, n_bins=10, sample_weight=weights
+        )
+        assert rel - res + unc == pytest.approx(
+            brier_score(y, p, sample_weight=weights), rel=1e-12
+        )
+    # Uncertainty: the Brier score of always forecasting the base rates.
+    proba, y3 = make_probabilities(500, 4, seed=14)
+    base = np.bincount(y3, minlength=4) / 500
+    _, _, unc = brier_score_decomposition(y3, proba)
+    assert unc == pytest.approx(brier_score(y3, np.tile(base, (500, 1))))
+
+
+def test_brier_decomposition_of_a_calibrated_forecast():
+    # Forecast 0.25 for class 1 where class 1 has frequency 0.25: perfectly
+    # reliable and without resolution.
+    y = np.array([1, 0, 0, 0] * 5)
+    rel, res, unc = brier_score_decomposition(y, np.full(20, 0.25), n_bins=4)
+    assert rel == pytest.approx(0.0, abs=1e-15)
+    assert res == pytest.approx(0.0, abs=1e-15)
+    assert unc == pytest.approx(2 * 0.25 * 0.75)
+
+
+# --- labels and input types -------------------------------------------------------
+
+
+def test_string_labels_and_column_order():
+    proba, y = make_probabilities(300, 3, seed=15)
+    names = np.array(["cat", "dog", "eel"])
+    reference = expected_calibration_error(y, proba)
+    assert expected_calibration_error(names[y], proba) == reference
+    # labels says which class each column holds, in any order.
+    permutation = [2, 0, 1]
+    assert expected_calibration_error(
+        names[y], proba[:, permutation], labels=names[permutation]
+    ) == pytest.approx(reference)
+    # A class absent from y_true: integer labels keep their columns, strings
+    # need labels.
+    keep = y != 1
+    expected = expected_calibration_error(y[keep], proba[keep], labels=[0, 1, 2])
+    assert expected_calibration_error(y[keep], proba[keep]) == expected
+    with pytest.raises(ValueError, match="pass labels="):
+        expected_calibration_error(names[y][keep], proba[keep])
+    assert expected_calibration_error(
+        names[y][keep], proba[keep], labels=names
+    ) == pytest.approx(expected)
+
+
+def test_binary_labels_beyond_range_are_sorted():
+    p = np.array([0.9, 0.2, 0.7, 0.4])
+    y = np.array([1, -1, 1, 1])
+    assert expected_calibration_error(y, p) == expected_calibration_error(
+        (y > 0).astype(int), p
+    )
+
+
+def test_input_types_agree():
+    torch = pytest.importorskip("torch")
+    pd = pytest.importorskip("pandas")
+    proba, y = make_probabilities(500, 4, seed=16)
+    reference = expected_calibration_error(y, proba)
+    assert expected_calibration_error(torch.from_numpy(y), torch.from_numpy(proba)) == (
+        pytest.approx(reference)
+    )
+    frame = pd.DataFrame(proba, columns=list("abcd"))
+    assert expected_calibration_error(pd.Series(y), frame) == pytest.approx(reference)
+    assert expected_calibration_error(y, proba.astype(np.float32)) == pytest.approx(
+        reference, abs=1e-6
+    )
+    assert expected_calibration_error(y, np.asfortranarray(proba)) == reference
+
+
+@pytest.mark.parametrize(
+    "y_prob, y_true, message",
+    [
+        ([[0.5, 0.6], [0.5, 0.5]], [0, 1], "sum to 1"),
+        ([[1.2, -0.2], [0.5, 0.5]], [0, 1], "negative"),
+        ([[np.nan, 1.0], [0.5, 0.5]], [0, 1], "NaN"),
+        ([[np.inf, 0.0], [0.5, 0.5]], [0, 1], "NaN or infinity"),
+        ([1.5, 0.5], [0, 1], "above 1"),
+        ([[0.2, 0.3, 0.5], [0.5, 0.25, 0.25]], ["a", "b"], "2 distinct labels"),
+        ([[0.2, 0.8], [0.5, 0.5]], [0, 1, 1], "inconsistent numbers of samples"),
+        (np.ones((2, 2, 1)) / 2, [0, 1], "dimensions"),
+        ([["a", "b"], ["c", "d"]], [0, 1], "numbers"),
+    ],
+    ids=[
+        "not_summing",
+        "negative",
+        "nan",
+        "inf",
+        "binary_above_one",
+        "wrong_width",
+        "length",
+        "3d",
+        "strings",
+    ],
+)
+def test_bad_probabilities_raise(y_prob, y_true, message):
+    for metric in (expected_calibration_error, log_loss, smooth_calibration_error):
+        with pytest.raises((ValueError, TypeError), match=message):
+            metric(y_true, y_prob)
+
+
+@pytest.mark.parametrize("n_bins", [0, -3, 2.5, "15"])
+def test_bad_n_bins_raises(n_bins):
+    with pytest.raises((ValueError, TypeError), match="n_bins"):
+        expected_calibration_error([0, 1], [[0.6, 0.4], [0.3, 0.7]], n_bins=n_bins)
+
+
+def test_bad_labels_raise():
+    y_prob = [[0.6, 0.4], [0.3, 0.7]]
+    with pytest.raises(ValueError, match="not in labels"):
+        expected_calibration_error(["a", "c"], y_prob, labels=["a", "b"])
+    with pytest.raises(ValueError, match="one class per column"):
+        expected_calibration_error(["a", "b"], y_prob, labels=["a", "b", "c"])
+    with pytest.raises(ValueError, match="duplicates"):
+        expected_calibration_error(["a", "a"], y_prob, labels=["a", "a"])
+    with pytest.raises(ValueError, match="strategy"):
+        expected_calibration_error([0, 1], y_prob, strategy="kmeans")
+    with pytest.raises(ValueError, match="sample_weight"):
+        expected_calibration_error([0, 1], y_prob, sample_weight=[1.0, -1.0])
+
+
+# --- the registry: invariances every metric must satisfy --------------------------
+
+METRICS = all_metrics()
+
+
+def test_registry_lists_every_metric():
+    names = {name for name, _ in METRICS}
+    assert names == {
+        "adaptive_calibration_error",
+        "brier_score",
+        "classwise_calibration_error",
+        "expected_calibration_error",
+        "log_loss",
+        "maximum_calibration_error",
+        "rms_calibration_error",
+        "smooth_calibration_error",
+    }
+
+
+@pytest.fixture(scope="module")
+def registry_data():
+    proba, y = make_probabilities(240, 4, seed=17)
+    weights = np.random.default_rng(18).integers(0, 4, size=240)
+    return proba, y, weights
+
+
+@pytest.mark.parametrize("name, metric", METRICS, ids=[name for name, _ in METRICS])
+def test_metric_invariances(name, metric, registry_data):
+    proba, y, weights = registry_data
+    value = metric(y, proba)
+    assert type(value) is float
+    # unit weights == no weights
+    assert metric(y, proba, sample_weight=np.ones(len(y))) == pytest.approx(
+        value, rel=1e-12, abs=1e-15
+    )
+    # integer weights == repeated rows
+    repeated = metric(np.repeat(y, weights), np.repeat(proba, weights, axis=0))
+    assert metric(y, proba, sample_weight=weights) == pytest.approx(
+        repeated, rel=1e-10, abs=1e-13
+    )
+    # lists == arrays
+    assert metric(y.tolist(), proba.tolist()) == pytest.approx(value, rel=1e-12)
+    # row order does not matter
+    order = np.random.default_rng(19).permutation(len(y))
+    assert metric(y[order], proba[order]) == pytest.approx(value, rel=1e-10, abs=1e-13)
+
+
+# --- bootstrap --------------------------------------------------------------------
+
+BATCHED = [
+    (expected_calibration_error, {"n_bins": 10}),
+    (adaptive_calibration_error, {"n_bins": 8}),
+    (maximum_calibration_error, {}),
+    (rms_calibration_error, {"strategy": "quantile"}),
+    (classwise_calibration_error, {}),
+    (smooth_calibration_error, {}),
+    (log_loss, {}),
+    (brier_score, {}),
+]
+
+
+@pytest.mark.parametrize(
+    "metric, params", BATCHED, ids=[m.__name__ for m, _ in BATCHED]
+)
+def test_bootstrap_batches_equal_resampled_rows(metric, params):
+    proba, y = make_probabilities(150, 3, seed=20)
+    weights = np.random.default_rng(21).uniform(0.5, 2.0, size=150)
+
+    def plain(y_true, y_prob, **kwargs):
+        # Not a registered metric: the bootstrap calls it on the drawn rows.
+        return metric(y_true, y_prob, **kwargs)
+
+    for sample_weight in (None, weights):
+        batched = bootstrap_interval(
+            metric,
+            y,
+            proba,
+            n_resamples=40,
+            random_state=0,
+            sample_weight=sample_weight,
+            **params,
+        )
+        looped = bootstrap_interval(
+            plain,
+            y,
+            proba,
+            n_resamples=40,
+            random_state=0,
+            sample_weight=sample_weight,
+            **params,
+        )
+        np.testing.assert_allclose(batched.resamples, looped.resamples, rtol=1e-9)
+        assert (
+            batched.value
+            == looped.value
+            == metric(y, proba, sample_weight=sample_weight, **params)
+        )
+
+
+def test_bootstrap_interval_properties():
+    proba, y = make_probabilities(400, 4, seed=22)
+    first = bootstrap_interval(expected_calibration_error, y, proba, random_state=3)
+    again = bootstrap_interval(expected_calibration_error, y, proba, random_state=3)
+    other = bootstrap_interval(expected_calibration_error, y, proba, random_state=4)
+    np.testing.assert_array_equal(first.resamples, again.resamples)
+    assert not np.array_equal(first.resamples, other.resamples)
+    assert first.resamples.shape == (1000,)
+    assert first.low < first.value < first.high
+    np.testing.assert_allclose(
+        [first.low, first.high], np.quantile(first.resamples, [0.025, 0.975])
+    )
+    narrow = bootstrap_interval(
+        expected_calibration_error, y, proba, random_state=3, confidence_level=0.5
+    )
+    assert first.low < narrow.low < narrow.high < first.high
+
+
+def test_resample_counts_are_row_draws():
+    indices = np.concatenate(list(resample_indices(50, 30, 0)))
+    counts = counts_of(indices, 50)
+    assert counts.shape == (30, 50)
+    np.testing.assert_array_equal(counts.sum(axis=1), 50)
+    np.testing.assert_array_equal(counts[7], np.bincount(indices[7], minlength=50))
+
+
+def test_bootstrap_rejects_bad_parameters():
+    with pytest.raises(ValueError, match="confidence_level"):
+        bootstrap_interval(
+            expected_calibration_error, [0, 1], [0.2, 0.7], confidence_level=1.5
+        )
+    with pytest.raises(ValueError, match="n_bins"):
+        bootstrap_interval(expected_calibration_error, [0, 1], [0.2, 0.7], n_bins=0)
