@@ -542,6 +542,33 @@ def _evaluate(estimator, splits, y_codes, args, metric_functions):
     return scores, proba
 
 
+def _run_method(name, cls, splits, y_codes, args, metric_functions):
+    """One row of the report: scores and notes, or the reason it failed."""
+    params = REPORT_PARAMS.get(name)
+    estimator = make_calibrator(cls, device=args.device, params=params)
+    notes = [f"fast settings {params}"] if params else []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            scores, proba = _evaluate(
+                estimator, splits, y_codes, args, metric_functions
+            )
+        except (ValueError, TypeError) as exc:
+            # A method that cannot handle these data (a binary-only method on
+            # 100 classes, ...) gets a row saying why; the others still run.
+            empty = dict.fromkeys(key for key, _, _ in COLUMNS)
+            return {
+                "method": name,
+                **empty,
+                "note": f"failed: {_first_line(exc)}",
+            }, None
+    for w in caught:
+        text = f"{w.category.__name__}: {_first_line(w.message)}"
+        if text not in notes:
+            notes.append(text)
+    return {"method": name, **scores, "note": "; ".join(notes)}, proba
+
+
 def _encode_labels(splits):
     """Integer codes shared by both splits, matching the logit columns."""
     from .utils._validation import resolve_classes
@@ -645,32 +672,10 @@ def run_report(args, out=None):
     try:
         for done, (name, cls) in enumerate(methods):
             progress.update(done, name)
-            params = REPORT_PARAMS.get(name)
-            estimator = make_calibrator(cls, device=args.device, params=params)
-            notes = [f"fast settings {params}"] if params else []
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                try:
-                    scores, proba = _evaluate(
-                        estimator, splits, y_codes, args, metric_functions
-                    )
-                except (ValueError, TypeError) as exc:
-                    rows.append(
-                        {
-                            "method": name,
-                            **dict.fromkeys([c[0] for c in COLUMNS]),
-                            "note": f"failed: {_first_line(exc)}",
-                        }
-                    )
-                    continue
-            seen = []
-            for w in caught:
-                text = f"{w.category.__name__}: {_first_line(w.message)}"
-                if text not in seen:
-                    seen.append(text)
-            notes += seen
-            rows.append({"method": name, **scores, "note": "; ".join(notes)})
-            probabilities[name] = proba
+            row, proba = _run_method(name, cls, splits, y_codes, args, metric_functions)
+            rows.append(row)
+            if proba is not None:
+                probabilities[name] = proba
         progress.update(len(methods), "done")
     finally:
         progress.close()
@@ -1211,5 +1216,7 @@ def main(argv=None):
         return 130
     except BrokenPipeError:
         # The reader of a pipe went away (``| head``): not an error of ours.
-        sys.stderr.close()
+        # Point stdout at devnull so that the final flush does not fail too.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
         return EXIT_OK
