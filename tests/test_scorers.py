@@ -1,0 +1,180 @@
+"""Scorers by name, in scikit-learn's model selection tools."""
+
+import numpy as np
+import pytest
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import get_scorer_names as sklearn_scorer_names
+from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
+
+from sklearn_calib import TemperatureScaling
+from sklearn_calib.metrics import (
+    brier_score,
+    expected_calibration_error,
+    get_scorer,
+    get_scorer_names,
+    log_loss,
+    smooth_calibration_error,
+)
+from sklearn_calib.utils._compat import _Scorer
+from sklearn_calib.utils._testing import make_logits
+from sklearn_calib.utils.discovery import all_metrics
+
+OUR_NAMES = [f"neg_{name}" for name, _ in all_metrics()]
+
+
+@pytest.fixture(scope="module")
+def logits_y():
+    return make_logits(n_samples=600, n_classes=4, seed=0)
+
+
+@pytest.fixture(scope="module")
+def fitted(logits_y):
+    X, y = logits_y
+    return TemperatureScaling(device="cpu").fit(X, y)
+
+
+def test_every_metric_has_a_scorer():
+    names = get_scorer_names()
+    assert set(OUR_NAMES) <= set(names)
+    assert set(sklearn_scorer_names()) <= set(names)
+    assert names == sorted(names)
+
+
+@pytest.mark.parametrize("name", OUR_NAMES)
+def test_scorer_is_the_negated_metric(name, fitted, logits_y):
+    X, y = logits_y
+    scorer = get_scorer(name)
+    metric = dict(all_metrics())[name[len("neg_") :]]
+    # a scikit-learn scorer object, so multi-metric search caches predict_proba
+    assert isinstance(scorer, _Scorer)
+    assert repr(scorer) == (
+        f"make_scorer({metric.__name__}, greater_is_better=False, "
+        "response_method='predict_proba')"
+    )
+    assert scorer(fitted, X, y) == pytest.approx(-metric(y, fitted.predict_proba(X)))
+    weights = np.random.default_rng(0).uniform(0, 2, size=len(y))
+    assert scorer(fitted, X, y, sample_weight=weights) == pytest.approx(
+        -metric(y, fitted.predict_proba(X), sample_weight=weights)
+    )
+
+
+def test_get_scorer_returns_fresh_copies_and_falls_back_to_sklearn(fitted, logits_y):
+    X, y = logits_y
+    assert get_scorer("neg_brier_score") is not get_scorer("neg_brier_score")
+    accuracy = get_scorer("accuracy")
+    assert accuracy(fitted, X, y) == pytest.approx(np.mean(fitted.predict(X) == y))
+    assert get_scorer(None) is None
+    assert get_scorer(expected_calibration_error) is expected_calibration_error
+    with pytest.raises(ValueError, match="get_scorer_names"):
+        get_scorer("neg_expected_calibration_eror")
+
+
+def test_shared_names_use_the_library_metrics(fitted, logits_y):
+    X, y = logits_y
+    proba = fitted.predict_proba(X)
+    assert get_scorer("neg_log_loss")(fitted, X, y) == pytest.approx(
+        -log_loss(y, proba)
+    )
+    assert get_scorer("neg_brier_score")(fitted, X, y) == pytest.approx(
+        -brier_score(y, proba)
+    )
+
+
+def test_grid_search_with_two_calibration_scorers(logits_y):
+    X, y = logits_y
+    search = GridSearchCV(
+        TemperatureScaling(device="cpu"),
+        {"max_iter": [50, 100]},
+        scoring={
+            "ece": get_scorer("neg_expected_calibration_error"),
+            "nll": get_scorer("neg_log_loss"),
+        },
+        refit="ece",
+        cv=3,
+    ).fit(X, y)
+    results = search.cv_results_
+    assert set(results) >= {"mean_test_ece", "mean_test_nll", "rank_test_ece"}
+    assert np.all(results["mean_test_ece"] <= 0)
+    assert np.all(results["mean_test_nll"] < 0)
+    # The refit model is scored by the same scorer on the training data.
+    best = search.best_estimator_
+    assert search.score(X, y) == pytest.approx(
+        -expected_calibration_error(y, best.predict_proba(X))
+    )
+    # Each fold score is the metric on that fold's held-out part.
+    folds = list(StratifiedKFold(3).split(X, y))
+    _, test = folds[0]
+    train = folds[0][0]
+    fold_model = TemperatureScaling(device="cpu", max_iter=50).fit(X[train], y[train])
+    assert results["split0_test_nll"][0] == pytest.approx(
+        -log_loss(y[test], fold_model.predict_proba(X[test]))
+    )
+
+
+def test_cross_val_score_on_logits(logits_y):
+    X, y = logits_y
+    scores = cross_val_score(
+        TemperatureScaling(device="cpu"),
+        X,
+        y,
+        scoring=get_scorer("neg_expected_calibration_error"),
+        cv=4,
+    )
+    assert scores.shape == (4,)
+    assert np.all(scores <= 0) and np.all(scores > -0.2)
+    raw = cross_val_score(
+        TemperatureScaling(device="cpu"),
+        X,
+        y,
+        scoring="neg_log_loss",
+        cv=4,
+    )
+    assert np.all(raw < 0)
+
+
+def test_string_labels_and_a_missing_class_take_the_estimator_classes(logits_y):
+    X, y = logits_y
+    names = np.array(["ant", "bee", "cat", "dog"])
+    model = TemperatureScaling(device="cpu").fit(X, names[y])
+    scorer = get_scorer("neg_expected_calibration_error")
+    assert scorer(model, X, names[y]) == pytest.approx(
+        -expected_calibration_error(y, model.predict_proba(X))
+    )
+    # A test set without "bee": the metric alone cannot place the columns,
+    # the scorer passes classes_.
+    keep = y != 1
+    with pytest.raises(ValueError, match="labels"):
+        expected_calibration_error(names[y][keep], model.predict_proba(X[keep]))
+    assert scorer(model, X[keep], names[y][keep]) == pytest.approx(
+        -expected_calibration_error(
+            y[keep], model.predict_proba(X[keep]), labels=range(4)
+        )
+    )
+
+
+def test_binary_scorer_reads_the_positive_column():
+    X, y = make_logits(n_samples=400, n_classes=2, seed=3)
+    labels = np.array(["no", "yes"])
+    model = TemperatureScaling(device="cpu").fit(X, labels[y])
+    proba = model.predict_proba(X)
+    for name, metric in [
+        ("neg_expected_calibration_error", expected_calibration_error),
+        ("neg_smooth_calibration_error", smooth_calibration_error),
+        ("neg_brier_score", brier_score),
+    ]:
+        assert get_scorer(name)(model, X, labels[y]) == pytest.approx(
+            -metric(y, proba), rel=1e-9
+        )
+
+
+def test_scorer_on_a_plain_sklearn_classifier():
+    rng = np.random.default_rng(4)
+    features = rng.normal(size=(300, 5))
+    target = np.where(features[:, 0] + rng.normal(size=300) > 0, "up", "down")
+    model = LogisticRegression().fit(features, target)
+    ece = get_scorer("neg_expected_calibration_error")(model, features, target)
+    assert ece == pytest.approx(
+        -expected_calibration_error(
+            target, model.predict_proba(features), labels=model.classes_
+        )
+    )
