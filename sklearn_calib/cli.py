@@ -897,7 +897,7 @@ def _html_report(report, images, description):
     figures = "".join(
         f'<figure><img alt="reliability diagram of {html.escape(name)}" '
         f'src="data:image/png;base64,{base64.b64encode(png).decode("ascii")}">'
-        f"<figcaption>{html.escape(name)}</figcaption></figure>"
+        "</figure>"
         for name, png in images.items()
     )
     from . import __version__
