@@ -16,6 +16,7 @@ one-line message on stderr and exit status 2.
 """
 
 import argparse
+import ast
 import base64
 import csv
 import html
@@ -415,7 +416,7 @@ def resolve_method(name):
 
 
 def make_calibrator(cls, *, device=None, params=None):
-    estimator = cls(**(params or {}))
+    estimator = cls().set_params(**(params or {}))
     if device is not None and "device" in estimator.get_params():
         estimator.set_params(device=device)
     return estimator
@@ -950,13 +951,30 @@ def write_report_files(report, probabilities, y, out_dir, n_bins, description):
 # --------------------------------------------------------------------------
 
 
+def _parse_params(pairs):
+    """``["n_bins=20", "strategy=quantile"]`` -> ``{"n_bins": 20, ...}``."""
+    params = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise CommandError(f"--param {pair!r}: expected KEY=VALUE")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        params[key.strip()] = value
+    return params
+
+
 def run_fit(args, out=None):
     out = out if out is not None else sys.stdout
     cls = resolve_method(args.method)
     sio = _import_skops()
     splits = read_splits(args.logits, args.labels)
     val = splits["val"]
-    estimator = make_calibrator(cls, device=args.device)
+    estimator = make_calibrator(
+        cls, device=args.device, params=_parse_params(args.param)
+    )
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -1174,6 +1192,14 @@ def build_parser():
         "-o", "--output", required=True, metavar="PATH", help="e.g. calibrator.skops"
     )
     fit.add_argument("--device", help="device of a torch-backed method")
+    fit.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a constructor parameter, e.g. --param n_bins=20 (repeatable; "
+        "values are Python literals, else strings)",
+    )
     fit.set_defaults(handler=run_fit)
 
     apply = commands.add_parser(

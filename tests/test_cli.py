@@ -845,3 +845,25 @@ def test_help_lists_methods_formats_and_sets(capsys):
     out = capsys.readouterr().out
     assert "TemperatureScaling" in out and "c100_densenetbc100_netcal" in out
     assert "weights_only=True" in out and "logits_val, y_val" in out
+
+
+def test_fit_param_sets_constructor_parameters(capsys, tmp_path, logits_y):
+    pytest.importorskip("skops")
+    logits, y = logits_y
+    np.savez(tmp_path / "l.npz", logits=logits, y=y)
+    args = ["fit", "--method", "TemperatureScaling", "--logits", tmp_path / "l.npz"]
+    status, _, err = call(
+        capsys, *args, "-o", tmp_path / "c.skops", "--param", "max_iter=7"
+    )
+    assert status == 0, err
+    assert cli.load_calibrator(tmp_path / "c.skops").max_iter == 7
+    assert_usage_error(
+        capsys,
+        [*args, "-o", tmp_path / "d.skops", "--param", "colour=blue"],
+        "Invalid parameter 'colour'",
+    )
+    assert_usage_error(
+        capsys,
+        [*args, "-o", tmp_path / "d.skops", "--param", "max_iter"],
+        "expected KEY=VALUE",
+    )
