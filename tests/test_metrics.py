@@ -248,6 +248,34 @@ def test_adaptive_matches_reference_loop(n_bins):
     )
 
 
+def test_inputs_spanning_many_row_blocks():
+    # 100,000 x 3 spans several cache-sized blocks; compare with whole-array
+    # numpy (argmax, searchsorted on the edges) and with the weighted path.
+    proba, y = make_probabilities(100_000, 3, seed=23)
+    weights = np.random.default_rng(24).uniform(0, 2, size=100_000)
+    edges = np.linspace(0, 1, 16)
+    for w in (None, weights):
+        ww = np.ones(len(y)) if w is None else w
+        confidence = proba.max(axis=1)
+        correct = proba.argmax(axis=1) == y
+        bins = np.searchsorted(edges[1:-1], confidence, side="left")
+        gap = np.bincount(bins, weights=ww * (correct - confidence), minlength=15)
+        assert expected_calibration_error(y, proba, sample_weight=w) == pytest.approx(
+            np.abs(gap).sum() / ww.sum(), rel=1e-10
+        )
+        per_class = []
+        for k in range(3):
+            bins = np.searchsorted(edges[1:-1], proba[:, k], side="left")
+            gap = np.bincount(bins, weights=ww * ((y == k) - proba[:, k]), minlength=15)
+            per_class.append(np.abs(gap).sum() / ww.sum())
+        assert classwise_calibration_error(y, proba, sample_weight=w) == pytest.approx(
+            np.mean(per_class), rel=1e-10
+        )
+    confidence, correct = top_label(proba.astype(np.float32), y)
+    np.testing.assert_array_equal(confidence, proba.astype(np.float32).max(axis=1))
+    np.testing.assert_array_equal(correct, proba.astype(np.float32).argmax(axis=1) == y)
+
+
 def test_adaptive_bins_hold_equal_mass():
     proba, y = make_probabilities(1000, 5, seed=4)
     curve = calibration_curve(y, proba, n_bins=10, strategy="quantile")

@@ -237,14 +237,21 @@ def check_probabilities(y_prob, *, input_name="y_prob"):
 
 def _check_probability_values(y_prob, input_name, *, binary):
     """Finite, non-negative entries whose rows sum to 1 (or lie in [0, 1])."""
-    # The min catches negatives and NaN, the row sums (one BLAS pass) catch
-    # infinities and rows off the simplex: two passes whatever the dtype.
-    lowest = y_prob.min()
-    if binary:
-        row_error = np.maximum(y_prob[:, 0] - 1, 0)
-    else:
-        row_error = np.abs(y_prob @ np.ones(y_prob.shape[1], y_prob.dtype) - 1)
-    worst = row_error.max()
+    # The min catches negatives and NaN, the row sums (a BLAS product) catch
+    # infinities and rows off the simplex. Blocks of rows keep the temporaries
+    # small: large fresh arrays cost more in page faults than in arithmetic.
+    n_samples, n_classes = y_prob.shape
+    ones = np.ones(n_classes, y_prob.dtype)
+    step = max(1, 2**18 // n_classes)
+    lowest, worst = [], []
+    for start in range(0, n_samples, step):
+        block = y_prob[start : start + step]
+        lowest.append(block.min())
+        row_sum = block[:, 0] if binary else block @ ones
+        # A binary column only has to stay below 1.
+        excess = row_sum - 1 if binary else np.abs(row_sum - 1)
+        worst.append(excess.max())
+    lowest, worst = np.min(lowest), np.max(worst)
     if np.isfinite(lowest) and lowest >= 0 and worst <= PROBA_SUM_TOL:
         return
     if not np.all(np.isfinite(y_prob)):
@@ -259,7 +266,7 @@ def _check_probability_values(y_prob, input_name, *, binary):
             f"{input_name} holds positive-class probabilities above 1 (max "
             f"{float(y_prob.max()):.6g}); pass probabilities, not scores."
         )
-    row = int(np.argmax(row_error))
+    row = int(np.argmax(np.abs(y_prob.sum(axis=1, dtype=np.float64) - 1)))
     raise ValueError(
         f"{input_name} rows must sum to 1 (within {PROBA_SUM_TOL}); row {row} "
         f"sums to {float(y_prob[row].sum(dtype=np.float64)):.6g}. Pass "
