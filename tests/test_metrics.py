@@ -248,11 +248,15 @@ def test_adaptive_matches_reference_loop(n_bins):
     )
 
 
-def test_inputs_spanning_many_row_blocks():
-    # 100,000 x 3 spans several cache-sized blocks; compare with whole-array
-    # numpy (argmax, searchsorted on the edges) and with the weighted path.
-    proba, y = make_probabilities(100_000, 3, seed=23)
-    weights = np.random.default_rng(24).uniform(0, 2, size=100_000)
+@pytest.mark.parametrize("n_samples, n_classes", [(100_000, 3), (20_000, 60)])
+def test_inputs_spanning_many_row_blocks(n_samples, n_classes):
+    # Both span several cache-sized blocks (60 classes take the row-major
+    # path); compare with whole-array numpy (argmax, searchsorted on the edges).
+    proba, y = make_probabilities(n_samples, n_classes, seed=23)
+    proba[:50, :2] = proba[:50, :2].mean(axis=1, keepdims=True)  # some ties
+    proba[:50, :2] = np.maximum(proba[:50, :2], proba[:50].max(axis=1, keepdims=True))
+    proba /= proba.sum(axis=1, keepdims=True)
+    weights = np.random.default_rng(24).uniform(0, 2, size=n_samples)
     edges = np.linspace(0, 1, 16)
     for w in (None, weights):
         ww = np.ones(len(y)) if w is None else w
@@ -264,7 +268,7 @@ def test_inputs_spanning_many_row_blocks():
             np.abs(gap).sum() / ww.sum(), rel=1e-10
         )
         per_class = []
-        for k in range(3):
+        for k in range(n_classes):
             bins = np.searchsorted(edges[1:-1], proba[:, k], side="left")
             gap = np.bincount(bins, weights=ww * ((y == k) - proba[:, k]), minlength=15)
             per_class.append(np.abs(gap).sum() / ww.sum())

@@ -22,6 +22,8 @@ from ..utils._validation import check_metric_inputs
 
 # Row blocks of about this many probabilities stay in the L2 cache.
 _BLOCK_ELEMENTS = 2**17
+# Up to this many classes, blocks are transposed into class-major copies.
+_TRANSPOSE_MAX_CLASSES = 48
 # Bootstrap weight matrices are processed in slabs of about this many entries.
 _SLAB_ELEMENTS = 2**22
 
@@ -45,25 +47,33 @@ def _row_blocks(n_samples, n_classes):
         yield slice(start, min(start + step, n_samples))
 
 
-def _transposed_block(y_prob, rows):
-    """Rows of ``y_prob`` as a contiguous (n_classes, n_rows) block.
+def _class_major_block(y_prob, rows):
+    """Rows of ``y_prob`` as a (n_classes, n_rows) block, classes first.
 
     A reduction over a short last axis runs row by row in numpy; over the
-    first axis of the transposed block it is an elementwise operation on
+    first axis of a transposed copy it is an elementwise operation on
     n_classes contiguous rows, several times faster, and the block stays in
-    the cache for everything computed from it.
+    the cache for everything computed from it. From about 50 classes on, the
+    row-wise operations are the faster ones and the block is a transposed view.
     """
-    return y_prob[rows].T.copy()
+    block = y_prob[rows].T
+    return block.copy() if y_prob.shape[1] <= _TRANSPOSE_MAX_CLASSES else block
 
 
-def _block_top_label(block, truth):
-    """Confidence and correctness of a transposed block (see :func:`top_label`)."""
+def _block_top_label(y_prob, rows, truth):
+    """Confidence and correctness of a block of rows (see :func:`top_label`)."""
+    if y_prob.shape[1] > _TRANSPOSE_MAX_CLASSES:
+        # Long rows: numpy's row-wise argmax is vectorised.
+        block = y_prob[rows]
+        predicted = block.argmax(axis=1)
+        return block[np.arange(block.shape[0]), predicted], predicted == truth
+    block = _class_major_block(y_prob, rows)
     confidence = block.max(axis=0)
     is_top = block == confidence
     size = block.shape[1]
     if np.count_nonzero(is_top) == size:
         # A unique maximum per row: correct iff the true class attains it.
-        correct = is_top.ravel()[truth * size + np.arange(size)]
+        correct = is_top[truth, np.arange(size)]
     else:
         correct = block.argmax(axis=0) == truth
     return confidence, correct
@@ -91,8 +101,7 @@ def top_label(y_prob, y_codes):
     confidence = np.empty(n_samples, dtype=y_prob.dtype)
     correct = np.empty(n_samples, dtype=bool)
     for rows in _row_blocks(n_samples, n_classes):
-        block = _transposed_block(y_prob, rows)
-        confidence[rows], correct[rows] = _block_top_label(block, y_codes[rows])
+        confidence[rows], correct[rows] = _block_top_label(y_prob, rows, y_codes[rows])
     return confidence, correct
 
 
@@ -233,11 +242,10 @@ class _Binning:
         count, score, hit = (np.zeros(n_groups * n_bins) for _ in range(3))
         offsets = n_bins * np.arange(n_groups)[:, None]
         for rows in _row_blocks(n_samples, n_classes):
-            block = _transposed_block(self._y_prob, rows)
             truth = self._y_codes[rows]
             w = None if weights is None else weights[rows]
             if self.multiclass == "top-label":
-                confidence, correct = _block_top_label(block, truth)
+                confidence, correct = _block_top_label(self._y_prob, rows, truth)
                 index = uniform_bin_index(confidence, n_bins)
                 if w is None:
                     # One bincount of 2 b + correct gives counts and hits.
@@ -251,6 +259,7 @@ class _Binning:
                     )
             else:
                 # Class k's bins are numbered k * n_bins + b.
+                block = _class_major_block(self._y_prob, rows)
                 index = uniform_bin_index(block, n_bins) + offsets
                 true_index = index[truth, np.arange(truth.shape[0])]
                 tiled = None if w is None else np.broadcast_to(w, block.shape).ravel()
