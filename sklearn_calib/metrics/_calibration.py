@@ -187,7 +187,8 @@ class _Binning:
         if self.strategy == "uniform":
             layout = uniform_bin_index(scores, self.n_bins)
         else:
-            order = np.argsort(scores, kind="stable")
+            # Any order of tied scores gives the same edges and bin sums.
+            order = np.argsort(scores)
             layout = (order, scores[order].astype(np.float64))
         if self.multiclass == "top-label":
             self._layout_cache[g] = layout
@@ -220,6 +221,15 @@ class _Binning:
         edges = np.empty(shape[:2] + (self.n_bins + 1,))
         for g in range(self.n_groups):
             scores, hits = self.group(g)
+            if self.strategy == "quantile" and weights is None:
+                # Unweighted equal-mass edges are order statistics: a
+                # partition finds them without sorting the scores.
+                inner = _equal_mass_edges(scores, self.n_bins)
+                index = np.searchsorted(inner, scores, side="left")
+                sums = _uniform_sums(index, scores, hits, None, self.n_bins)
+                edges[:, g] = np.concatenate([[0.0], inner, [1.0]])
+                count[:, g], score[:, g], hit[:, g] = sums
+                continue
             layout = self._layout(g, scores)
             if self.strategy == "uniform":
                 sums = _uniform_sums(layout, scores, hits, weights, self.n_bins)
@@ -316,6 +326,20 @@ def _uniform_sums(index, scores, hits, weights, n_bins):
                 keys, weights=values.ravel(), minlength=size * n_bins
             ).reshape(size, n_bins)
     return out
+
+
+def _equal_mass_edges(scores, n_bins):
+    """Inner edges of unweighted equal-mass bins: order statistics of the scores.
+
+    Edge ``b`` is the smallest score whose count of scores at or below it
+    reaches ``b N / M``: the sorted score at 0-based position
+    ``ceil(b N / M) - 1`` (integer arithmetic, so no rounding).
+    """
+    n_samples = scores.shape[0]
+    positions = (np.arange(1, n_bins) * n_samples + n_bins - 1) // n_bins - 1
+    if positions.size == 0:
+        return scores[:0]
+    return np.partition(scores, np.unique(positions))[positions]
 
 
 def _quantile_sums(order, sorted_scores, hits, weights, n_bins):
