@@ -74,7 +74,17 @@ def resample_weights(n_samples, n_resamples, random_state, sample_weight=None):
 
 
 class BootstrapInterval(NamedTuple):
-    """A metric value with its bootstrap interval (see :func:`bootstrap_interval`)."""
+    """A metric value with its bootstrap interval (see :func:`bootstrap_interval`).
+
+    Attributes
+    ----------
+    value : float
+        The metric on the full data.
+    low, high : float
+        The percentile interval of the resampled values.
+    resamples : ndarray of shape (n_resamples,)
+        The metric on each bootstrap resample.
+    """
 
     value: float
     low: float

@@ -782,7 +782,23 @@ def classwise_calibration_error(
 
 
 class CalibrationCurve(NamedTuple):
-    """Per-bin values of a reliability diagram (see :func:`calibration_curve`)."""
+    """Per-bin values of a reliability diagram (see :func:`calibration_curve`).
+
+    A named tuple: unpack it as ``accuracy, confidence, count, bin_edges``.
+
+    Attributes
+    ----------
+    accuracy : ndarray of shape (n_bins,) or (n_classes, n_bins)
+        Weighted fraction of correct samples per bin (class-wise: of samples
+        of that class); NaN in empty bins.
+    confidence : ndarray of the same shape
+        Weighted mean score per bin; NaN in empty bins.
+    count : ndarray of the same shape
+        Total sample weight per bin (the number of samples without weights).
+    bin_edges : ndarray of shape (n_bins + 1,) or (n_classes, n_bins + 1)
+        Bin edges; bin ``b`` is ``(bin_edges[b], bin_edges[b + 1]]``, the
+        first bin also holding 0.
+    """
 
     accuracy: np.ndarray
     confidence: np.ndarray

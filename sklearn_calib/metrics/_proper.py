@@ -164,7 +164,20 @@ def brier_score(y_true, y_prob, *, sample_weight=None, labels=None):
 
 
 class BrierDecomposition(NamedTuple):
-    """Murphy's terms of the Brier score (see :func:`brier_score_decomposition`)."""
+    """Murphy's terms of the Brier score (see :func:`brier_score_decomposition`).
+
+    Attributes
+    ----------
+    reliability : float
+        Calibration term; 0 for forecasts that match the observed
+        frequencies of their bins. Lower is better.
+    resolution : float
+        How far the bins' observed frequencies are from the base rates.
+        Higher is better.
+    uncertainty : float
+        The Brier score of forecasting the base rates; depends on the labels
+        only.
+    """
 
     reliability: float
     resolution: float
