@@ -8,6 +8,7 @@ figure is drawn.
 
 from ._meta import CalibratedClassifier
 from ._scaling import TemperatureScaling
+from ._smart import SMART
 from .base import BaseCalibrator
 
 __version__ = "0.1.0"
@@ -15,6 +16,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BaseCalibrator",
     "CalibratedClassifier",
+    "SMART",
     "TemperatureScaling",
     "__version__",
 ]

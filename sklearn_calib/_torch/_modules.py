@@ -21,3 +21,43 @@ class TemperatureModule(nn.Module):
             logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
         scale = self.inverse_temperature.to(logits.dtype)
         return torch.log_softmax(logits * scale, dim=-1)
+
+
+class SmartModule(nn.Module):
+    """Maps logits to calibrated log-probabilities: log_softmax(z / T(m)).
+
+    ``m`` is the gap between the two largest logits, standardised with the
+    calibration statistics, and T(m) = softplus(MLP(m)) + 0.1 (SMART). The
+    network computes in the dtype of its buffers and parameters (float64
+    unless converted). A single score column ``s`` is read as the logits (0, s).
+    """
+
+    def __init__(self, margin_mean: float, margin_std: float, coefs, intercepts):
+        super().__init__()
+        for name, value in (("margin_mean", margin_mean), ("margin_std", margin_std)):
+            self.register_buffer(name, torch.tensor(value, dtype=torch.float64))
+        layers: list[nn.Module] = []
+        for index, (coef, intercept) in enumerate(zip(coefs, intercepts, strict=True)):
+            # skip_init: the fitted values replace the initialisation, which
+            # would otherwise draw from the global generator.
+            linear = nn.utils.skip_init(
+                nn.Linear, coef.shape[0], coef.shape[1], dtype=torch.float64
+            )
+            with torch.no_grad():
+                linear.weight.copy_(torch.as_tensor(coef).T)
+                linear.bias.copy_(torch.as_tensor(intercept))
+            layers.append(linear)
+            if index < len(coefs) - 1:
+                layers.append(nn.ReLU())
+        self.network = nn.Sequential(*layers)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        if logits.shape[-1] == 1:
+            logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
+        dtype = self.margin_mean.dtype
+        top2 = torch.topk(logits, 2, dim=-1).values.to(dtype)
+        margin = (top2[..., 0] - top2[..., 1] - self.margin_mean) / self.margin_std
+        raw = self.network(margin.unsqueeze(-1)).squeeze(-1)
+        temperature = nn.functional.softplus(raw) + 0.1
+        scale = temperature.reciprocal().to(logits.dtype)
+        return torch.log_softmax(logits * scale.unsqueeze(-1), dim=-1)

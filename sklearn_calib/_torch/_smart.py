@@ -1,0 +1,399 @@
+"""SMART: the temperature network, its soft-binned losses and the training loop.
+
+The network maps the standardised margin of each sample to a temperature,
+T = softplus(MLP(m)) + 0.1, and the calibrated distribution is softmax(z / T).
+Training is full batch, so each Adam step is one pass over the data. This
+module makes that pass cheap while keeping it exact:
+
+- The losses depend on the parameters only through each sample's confidence
+  p = max_k softmax(z / T)_k = 1 / S with S = sum_k exp(d_k / T), d = z - max z.
+  The shifted logits, the correctness a and everything else the parameters do
+  not change are computed once. The top entry of every row (d = 0, adding
+  exactly 1 to S) is dropped; the other K - 1 entries are stored class-major,
+  (K - 1) x N, and scaled by log2(e), so a step costs one multiply, one exp2
+  and two column sums over them (exp2 is several times faster than exp on the
+  CPU; the scaling costs one rounding).
+- Forward and backward passes are written out by hand: the network has 49
+  parameters and the loss is a handful of reductions, so a step is a fixed
+  sequence of about sixty tensor operations, with no autograd graph, no host
+  synchronisation and no Python work beyond Adam's scalar bias corrections.
+- Every per-sample array is stored with the sample index contiguous (hidden
+  activations 16 x N, soft bin weights 15 x N), the layout in which the small
+  matrix products over samples run fastest.
+- Best-parameter tracking, the loss curve and the early-stopping bookkeeping
+  stay on the device (``torch.where`` into preallocated buffers); the host
+  reads them only when an early stop could fire and once at the end.
+
+The per-sample work runs in the logits' dtype (float32 logits train in float32,
+float64 in float64); the parameters and Adam's moments are float64. Rows are
+independent until the sums over samples, so integer sample weights act like
+repeated rows.
+"""
+
+import math
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+MIN_TEMPERATURE = 0.1
+# torch.nn.Softplus's default: softplus(o) = o above this.
+SOFTPLUS_THRESHOLD = 20.0
+LOSSES = ("charbonnier_soft_ece", "soft_ece", "nll")
+_LN2 = math.log(2.0)
+_LOG2E = 1.0 / _LN2
+_ADAM_BETAS = (0.9, 0.999)
+_ADAM_EPS = 1e-8
+
+
+@dataclass
+class SmartFit:
+    coefs: list  # (n_in, n_out) float64 arrays, as MLPClassifier.coefs_
+    intercepts: list  # (n_out,) float64 arrays
+    loss_curve: np.ndarray  # loss at each step, before that step's update
+    n_iter: int
+    best_loss: float
+    best_iter: int  # 0-based step whose parameters were kept
+
+
+def layer_sizes(hidden_sizes):
+    """(n_in, n_out) of every Linear layer: 1 -> hidden... -> 1."""
+    sizes = [1, *hidden_sizes, 1]
+    return list(zip(sizes[:-1], sizes[1:], strict=True))
+
+
+def initial_parameters(hidden_sizes, generator):
+    """PyTorch's default ``nn.Linear`` initialisation, drawn from ``generator``.
+
+    Layer by layer, the weight (out, in) then the bias, each uniform on
+    (-1/sqrt(in), 1/sqrt(in)) in float32, exactly as ``nn.Linear`` draws them
+    from the global generator (``kaiming_uniform_(a=sqrt(5))`` has that bound).
+    Returns float64 ``(coefs, intercepts)`` with coefs of shape (in, out).
+    """
+    coefs, intercepts = [], []
+    for n_in, n_out in layer_sizes(hidden_sizes):
+        weight = torch.empty(n_out, n_in, dtype=torch.float32)
+        torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5), generator=generator)
+        bound = 1.0 / math.sqrt(n_in)
+        bias = torch.empty(n_out, dtype=torch.float32)
+        bias.uniform_(-bound, bound, generator=generator)
+        coefs.append(weight.T.to(torch.float64).numpy())
+        intercepts.append(bias.to(torch.float64).numpy())
+    return coefs, intercepts
+
+
+def temperature_numpy(margins, coefs, intercepts):
+    """T(m) = softplus(MLP(m)) + 0.1 in float64 numpy, for prediction.
+
+    ``margins`` are already standardised. Mirrors the torch forward pass
+    (ReLU hidden layers, torch's softplus with threshold 20).
+    """
+    x = np.asarray(margins, dtype=np.float64)[:, None]
+    for coef, intercept in zip(coefs[:-1], intercepts[:-1], strict=True):
+        x = np.maximum(x @ coef + intercept, 0.0)
+    out = (x @ coefs[-1] + intercepts[-1])[:, 0]
+    # exp underflows harmlessly below -700: T is then 0.1 to the last bit.
+    softplus = np.log1p(np.exp(np.clip(out, -700.0, SOFTPLUS_THRESHOLD)))
+    return np.where(out > SOFTPLUS_THRESHOLD, out, softplus) + MIN_TEMPERATURE
+
+
+class _Network:
+    """The temperature MLP on a flat float64 parameter vector.
+
+    Layer l owns a contiguous (n_out, n_in + 1) block of the vector: its
+    weight (out, in) with the bias as last column, so that the weight and bias
+    gradients of a layer come out of one product with the input augmented by
+    a row of ones. Activations are (units, N). The forward and backward passes
+    run on a copy of the parameters in the compute dtype.
+    """
+
+    def __init__(self, coefs, intercepts, dtype, device):
+        blocks = [
+            np.hstack([c.T, b[:, None]]) for c, b in zip(coefs, intercepts, strict=True)
+        ]
+        self.shapes = [b.shape for b in blocks]
+        flat = np.concatenate([b.ravel() for b in blocks])
+        self.params = torch.tensor(flat, dtype=torch.float64, device=device)
+        self.work = torch.empty_like(self.params, dtype=dtype)
+        self.work_grad = torch.empty_like(self.work)
+        self.blocks = self._views(self.work)
+        self.grad_blocks = self._views(self.work_grad)
+
+    def _views(self, flat):
+        views, start = [], 0
+        for rows, cols in self.shapes:
+            views.append(flat[start : start + rows * cols].view(rows, cols))
+            start += rows * cols
+        return views
+
+    def unpack(self, flat):
+        """float64 numpy ``(coefs, intercepts)`` from a flat parameter tensor."""
+        blocks = [v.cpu().numpy() for v in self._views(flat)]
+        return [b[:, :-1].T.copy() for b in blocks], [b[:, -1].copy() for b in blocks]
+
+    def forward(self, inputs):
+        """MLP output (N,) for ``inputs`` = [m; 1] of shape (2, N).
+
+        Keeps the hidden activations for :meth:`backward`.
+        """
+        self.work.copy_(self.params)
+        self.activations = [inputs]
+        x = torch.mm(self.blocks[0], inputs)
+        for block in self.blocks[1:]:
+            x.clamp_(min=0.0)  # ReLU
+            self.activations.append(x)
+            x = torch.addmm(block[:, -1:], block[:, :-1], x)
+        return x.view(-1)
+
+    def backward(self, grad_out):
+        """float64 d loss / d params from d loss / d output (N,)."""
+        grad = grad_out.view(1, -1)
+        for layer in range(len(self.blocks) - 1, 0, -1):
+            hidden = self.activations[layer]
+            weight = self.blocks[layer][:, :-1]
+            grad_block = self.grad_blocks[layer]
+            torch.mm(grad, hidden.T, out=grad_block[:, :-1])
+            torch.sum(grad, dim=1, out=grad_block[:, -1])
+            mask = torch.sign(hidden)  # ReLU'(h) for h >= 0, 0 at 0 as in torch
+            if layer == 1 and grad.shape[0] == 1:
+                # First-layer gradient (w_j 1[h_ji > 0] g_i) [m_i, 1]: fold the
+                # output weight in after the product instead of forming it.
+                scaled = self.activations[0] * grad
+                torch.mm(mask, scaled.T, out=self.grad_blocks[0])
+                self.grad_blocks[0].mul_(weight.view(-1, 1))
+                return self.work_grad.to(torch.float64)
+            grad = torch.mm(weight.T, grad).mul_(mask)
+        torch.mm(grad, self.activations[0].T, out=self.grad_blocks[0])
+        return self.work_grad.to(torch.float64)
+
+
+class SmartProblem:
+    """The calibration data, with everything the parameters do not change.
+
+    Parameters
+    ----------
+    logits : Tensor (N, K), float32 or float64, on the training device
+    correct : Tensor (N,), 1 where argmax z_i = y_i
+    weights : Tensor (N,), non-negative sample weights (normalised here)
+    margins : Tensor (N,), standardised margins
+    true_gap : Tensor (N,), z_{i,y_i} - max z_i (used by the "nll" loss)
+    """
+
+    def __init__(self, logits, correct, weights, margins, true_gap):
+        n_samples, n_classes = logits.shape
+        self.device = logits.device
+        self.dtype = dtype = logits.dtype
+        # Class-major shifted logits, each column's top entry swapped into
+        # row 0, so that rows 1.. hold exactly the K - 1 other entries.
+        top = logits.argmax(dim=1)
+        shifted = torch.empty((n_classes, n_samples), dtype=dtype, device=self.device)
+        torch.sub(logits.T, logits.gather(1, top.view(-1, 1)).view(1, -1), out=shifted)
+        shifted.scatter_(0, top.view(1, -1), shifted[:1].clone())
+        self.tail = shifted[1:].mul_(_LOG2E)
+        self.buffer = torch.empty_like(self.tail)
+        weights = weights.to(torch.float64)
+        self.weights = (weights / weights.sum()).to(dtype)
+        self.correct = correct.to(dtype)
+        self.true_gap = true_gap.to(dtype)
+        margins = margins.to(dtype)
+        self.inputs = torch.stack([margins, torch.ones_like(margins)])
+
+    def confidence_terms(self, beta):
+        """S = sum_k exp(beta d_k) and S1 = sum_k exp(beta d_k) d_k, per sample."""
+        buffer = torch.mul(self.tail, beta.view(1, -1), out=self.buffer).exp2_()
+        total = buffer.sum(dim=0).add_(1.0)
+        first = torch.linalg.vecdot(buffer, self.tail, dim=0).mul_(_LN2)
+        return total, first
+
+
+class _SoftBins:
+    """Soft-binned top-label calibration gap: its value and gradient in p.
+
+    With the normalised Gaussian weights w_ib = softmax_b(-(p_i - c_b)^2 /
+    (2 sigma^2)), masses M_b = sum_i s_i w_ib and gaps
+    G_b = sum_i s_i w_ib (p_i - a_i) (sample weights s summing to 1), the
+    Charbonnier-SoftECE of METHODS.md, sum_b M_b sqrt((G_b / M_b)^2 + delta^2),
+    is sum_b sqrt(G_b^2 + delta^2 M_b^2) (a bin with M_b = 0 adds 0), and the
+    SoftECE is sum_b |G_b|.
+    """
+
+    def __init__(self, n_bins, sigma, delta, charbonnier, dtype, device):
+        centres = torch.arange(n_bins, dtype=torch.float64, device=device) + 0.5
+        centres /= n_bins
+        # exp(-(p - c)^2 / (2 sigma^2)) = exp2(-((p - c) k)^2)
+        self.scale = math.sqrt(_LOG2E / (2.0 * sigma * sigma))
+        self.scaled_centres = (centres * self.scale).to(dtype).view(-1, 1)
+        self.n_bins = n_bins
+        self.delta_sq = delta * delta
+        self.charbonnier = charbonnier
+        # d u_b / dp = (c_b - p) / sigma^2; the p part cancels in the softmax
+        # backward and so does any constant, so centred slopes lose less to
+        # cancellation in float32.
+        slopes = (centres - 0.5) / (sigma * sigma)
+        self.rhs = torch.empty((5, n_bins), dtype=dtype, device=device)
+        self.rhs[4] = slopes
+        self.slopes = slopes.to(dtype)
+
+    def __call__(self, p, correct, weights, out):
+        """Write the loss into ``out`` (0-d) and return d loss / d p (N,)."""
+        n_bins, scale = self.n_bins, self.scale
+        scaled_p = p * scale
+        # Shift every row by its largest bin logit (the nearest centre's), so
+        # that the largest weight is exactly 1 whatever sigma.
+        nearest = torch.floor(p * n_bins).clamp_(0, n_bins - 1).add_(0.5)
+        nearest_gap = nearest.mul_(scale / n_bins).sub_(scaled_p).square_()
+        kernel = torch.sub(self.scaled_centres, scaled_p.view(1, -1)).square_()
+        kernel = torch.sub(nearest_gap.view(1, -1), kernel, out=kernel).exp2_()
+        inv_norm = kernel.sum(dim=0).reciprocal_()  # (n_bins, N) -> (N,)
+        residual = p - correct
+        scaled = weights * inv_norm
+        mass, gap = torch.mm(torch.stack([scaled, scaled * residual]), kernel.T)
+        if self.charbonnier:
+            norm = torch.sqrt(gap * gap + self.delta_sq * mass * mass)
+            torch.sum(norm, dim=0, out=out)
+            inv = torch.where(norm > 0, norm.reciprocal(), torch.zeros_like(norm))
+            grad_gap = gap * inv
+            grad_mass = inv.mul_(mass).mul_(self.delta_sq)
+        else:
+            torch.sum(gap.abs(), dim=0, out=out)
+            grad_gap = torch.sign(gap)
+            grad_mass = torch.zeros_like(gap)
+        rhs = self.rhs
+        rhs[0] = grad_gap
+        torch.mul(grad_mass, self.slopes, out=rhs[1])
+        torch.mul(grad_gap, self.slopes, out=rhs[2])
+        rhs[3] = grad_mass
+        q1, q2, q3, q4, q5 = torch.mm(rhs, kernel).mul_(inv_norm)
+        # d/dp_i = s_i [Q1 + Q2 + r_i Q3 - Q5 (Q4 + r_i Q1)], Q = W [gG, gM u,
+        # gG u, gM, u] with u the slopes: the direct term through G, then the
+        # softmax backward through the weights.
+        grad = q3.mul_(residual).add_(q1).add_(q2)
+        grad.sub_(q1.mul_(residual).add_(q4).mul_(q5))
+        return grad.mul_(weights)
+
+
+def loss_and_temperature_grad(problem, temperature, loss, bins, out):
+    """Write the loss into ``out``; return its gradient in each temperature."""
+    beta = temperature.reciprocal()
+    total, first = problem.confidence_terms(beta)
+    if loss == "nll":
+        nll = total.log().sub_(beta * problem.true_gap)
+        torch.sum(nll.mul_(problem.weights), dim=0, out=out)
+        # d/dT [log S - d_y / T] = -(S1 / S - d_y) / T^2
+        grad = first.div_(total).sub_(problem.true_gap).mul_(problem.weights)
+        return grad.mul_(beta.square_()).neg_()
+    confidence = total.reciprocal_()
+    grad_p = bins(confidence, problem.correct, problem.weights, out)
+    # p = 1 / S, so dp/dT = S1 / (S T)^2
+    return grad_p.mul_(first).mul_(confidence.mul_(beta).square_())
+
+
+def evaluate(problem, network, loss, bins, out):
+    """Loss at the current parameters into ``out``; returns its float64 gradient."""
+    raw = network.forward(problem.inputs)
+    temperature = torch.nn.functional.softplus(raw).add_(MIN_TEMPERATURE)
+    # dT/do, as torch's softplus backward (1 above the threshold)
+    slope = torch.sigmoid(raw).masked_fill_(raw > SOFTPLUS_THRESHOLD, 1.0)
+    grad = loss_and_temperature_grad(problem, temperature, loss, bins, out)
+    return network.backward(grad.mul_(slope))
+
+
+def make_bins(problem, loss, n_bins, sigma, delta):
+    charbonnier = loss == "charbonnier_soft_ece"
+    return _SoftBins(n_bins, sigma, delta, charbonnier, problem.dtype, problem.device)
+
+
+@contextmanager
+def _one_cpu_thread(device):
+    """Run torch's CPU kernels on one thread, restoring the setting after.
+
+    A step is about sixty operations on arrays of a few ten thousand values:
+    splitting each over threads costs a synchronisation per operation, which
+    gains little on an idle machine and costs up to 50x when other processes
+    share the cores.
+    """
+    previous = torch.get_num_threads()
+    if device.type != "cpu" or previous == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def fit_smart(
+    problem,
+    coefs,
+    intercepts,
+    *,
+    loss="charbonnier_soft_ece",
+    n_bins=15,
+    sigma=0.05,
+    delta=1e-3,
+    lr=5e-3,
+    max_iter=2000,
+    early_stopping=False,
+    n_iter_no_change=200,
+    tol=1e-4,
+):
+    """Full-batch Adam on the SMART loss, keeping the best parameters seen.
+
+    Adam is ``torch.optim.Adam``'s update (betas 0.9 and 0.999, eps 1e-8, no
+    weight decay) on the float64 parameters. The loss at step t is evaluated
+    at the parameters before that step's update; the parameters with the
+    lowest loss are copied into a separate buffer and returned. With
+    ``early_stopping``, training stops once ``n_iter_no_change`` consecutive
+    steps bring no improvement larger than ``tol`` over the best loss.
+    """
+    device = problem.device
+    network = _Network(coefs, intercepts, problem.dtype, device)
+    bins = make_bins(problem, loss, n_bins, sigma, delta)
+    params = network.params
+    first_moment = torch.zeros_like(params)
+    second_moment = torch.zeros_like(params)
+    best_params = params.clone()
+    losses = torch.empty(max_iter, dtype=problem.dtype, device=device)
+    best_loss = torch.full((), math.inf, dtype=problem.dtype, device=device)
+    steps = torch.arange(max_iter, device=device)
+    last_improvement = torch.zeros((), dtype=torch.long, device=device)
+    known_last = 0
+    beta1, beta2 = _ADAM_BETAS
+    n_iter = max_iter
+    for step in range(max_iter):
+        current = losses[step]
+        grad = evaluate(problem, network, loss, bins, current)
+        improved = current < best_loss
+        if early_stopping:
+            enough = current < best_loss - tol
+            torch.where(enough, steps[step], last_improvement, out=last_improvement)
+        torch.where(improved, current, best_loss, out=best_loss)
+        torch.where(improved, params, best_params, out=best_params)
+        if early_stopping and step - known_last >= n_iter_no_change:
+            # The loop's only host read, and only when a stop is possible.
+            known_last = int(last_improvement)
+            if step - known_last >= n_iter_no_change:
+                n_iter = step + 1
+                break
+        first_moment.lerp_(grad, 1.0 - beta1)
+        second_moment.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
+        bias1 = 1.0 - beta1 ** (step + 1)
+        bias2 = 1.0 - beta2 ** (step + 1)
+        denom = (second_moment.sqrt() / math.sqrt(bias2)).add_(_ADAM_EPS)
+        params.addcdiv_(first_moment, denom, value=-lr / bias1)
+    loss_curve = losses[:n_iter].to(torch.float64).cpu().numpy()
+    finite = np.isfinite(loss_curve)
+    if not finite.any():
+        raise FloatingPointError("the SMART loss is not finite at any step")
+    best_iter = int(np.argmin(np.where(finite, loss_curve, np.inf)))
+    coefs, intercepts = network.unpack(best_params)
+    return SmartFit(
+        coefs=coefs,
+        intercepts=intercepts,
+        loss_curve=loss_curve,
+        n_iter=n_iter,
+        best_loss=float(loss_curve[best_iter]),
+        best_iter=best_iter,
+    )
