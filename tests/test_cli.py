@@ -867,3 +867,11 @@ def test_fit_param_sets_constructor_parameters(capsys, tmp_path, logits_y):
         [*args, "-o", tmp_path / "d.skops", "--param", "max_iter"],
         "expected KEY=VALUE",
     )
+
+
+def test_report_fast_settings_name_real_parameters():
+    classes = cli.calibrator_classes()
+    for name, params in cli.REPORT_PARAMS.items():
+        assert name in classes, f"REPORT_PARAMS names no calibrator {name!r}"
+        estimator = classes[name]().set_params(**params)
+        assert all(estimator.get_params()[k] == v for k, v in params.items())
