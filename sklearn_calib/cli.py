@@ -417,11 +417,19 @@ def resolve_method(name):
     return matches[0]
 
 
-def make_calibrator(cls, *, device=None, params=None):
-    estimator = cls().set_params(**(params or {}))
-    if device is not None and "device" in estimator.get_params():
+def make_calibrator(cls, *, device=None, seed=None, params=None):
+    """An instance of ``cls`` with ``params``, a device and a seed where it has them.
+
+    A seed makes the stochastic methods (SMART's initialisation, ...) give
+    the same numbers on every run of the command.
+    """
+    estimator = cls()
+    accepted = estimator.get_params()
+    if seed is not None and "random_state" in accepted:
+        estimator.set_params(random_state=seed)
+    if device is not None and "device" in accepted:
         estimator.set_params(device=device)
-    return estimator
+    return estimator.set_params(**(params or {}))
 
 
 def _import_skops():
@@ -548,7 +556,7 @@ def _evaluate(estimator, splits, y_codes, args, metric_functions):
 def _run_method(name, cls, splits, y_codes, args, metric_functions):
     """One row of the report: scores and notes, or the reason it failed."""
     params = REPORT_PARAMS.get(name)
-    estimator = make_calibrator(cls, device=args.device, params=params)
+    estimator = make_calibrator(cls, device=args.device, seed=args.seed, params=params)
     notes = [f"fast settings {params}"] if params else []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -1170,7 +1178,10 @@ def build_parser():
         "--cv", type=int, default=5, help="folds when FILE has one split (default: 5)"
     )
     report.add_argument(
-        "--seed", type=int, default=0, help="seed of the folds (default: 0)"
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the folds and of stochastic methods (default: 0)",
     )
     report.add_argument(
         "--device", help="device of torch-backed methods (default: theirs)"

@@ -875,3 +875,25 @@ def test_report_fast_settings_name_real_parameters():
         assert name in classes, f"REPORT_PARAMS names no calibrator {name!r}"
         estimator = classes[name]().set_params(**params)
         assert all(estimator.get_params()[k] == v for k, v in params.items())
+
+
+def test_report_is_reproducible(capsys, npz_two_splits, monkeypatch):
+    from sklearn_calib.utils._testing import FAST_PARAMS
+
+    # The test-suite settings (a few SMART steps, ...) keep this fast; seeds
+    # set by FAST_PARAMS are dropped so that --seed is what is tested.
+    fast = {
+        name: {k: v for k, v in params.items() if k != "random_state"}
+        for name, params in FAST_PARAMS.items()
+    }
+    monkeypatch.setattr(cli, "REPORT_PARAMS", fast)
+    classes = cli.calibrator_classes()
+    stochastic = [n for n, c in classes.items() if "random_state" in c().get_params()]
+    if not stochastic:
+        pytest.skip("no stochastic calibrator")
+    args = (npz_two_splits, "--methods", stochastic[0], "--seed", "3")
+    first, second = report_json(capsys, *args), report_json(capsys, *args)
+    for a, b in zip(first["results"], second["results"], strict=True):
+        assert {k: v for k, v in a.items() if k != "fit_time_s"} == {
+            k: v for k, v in b.items() if k != "fit_time_s"
+        }
