@@ -33,8 +33,8 @@ def calibrator(request):
 
 @pytest.fixture(scope="module")
 def frame_y():
-    X, y = make_logits(n_samples=300, n_classes=4, seed=5)
-    index = pd.Index(np.arange(1000, 1300), name="image_id")
+    X, y = make_logits(n_samples=600, n_classes=4, seed=5)
+    index = pd.Index(np.arange(1000, 1600), name="image_id")
     frame = pd.DataFrame(X, columns=[f"logit_{c}" for c in CLASS_NAMES], index=index)
     return frame, pd.Series(CLASS_NAMES[y], index=index, name="label")
 
@@ -98,7 +98,7 @@ def test_set_output_pandas_names_columns_after_classes(calibrator, frame_y):
 
 
 def test_global_transform_output_and_integer_classes(calibrator):
-    X, y = make_logits(n_samples=300, n_classes=3, seed=6)
+    X, y = make_logits(n_samples=600, n_classes=3, seed=6)
     with sklearn.config_context(transform_output="pandas"):
         out = calibrator.fit(X, y).transform(X)
     assert isinstance(out, pd.DataFrame)
@@ -107,12 +107,12 @@ def test_global_transform_output_and_integer_classes(calibrator):
 
 
 def test_binary_score_column_frame_gives_two_class_columns(calibrator):
-    X, y = make_logits(n_samples=300, n_classes=2, seed=8)
+    X, y = make_logits(n_samples=600, n_classes=2, seed=8)
     score = pd.DataFrame({"score": X[:, 1] - X[:, 0]})
     labels = np.array(["neg", "pos"])[y]
     out = calibrator.set_output(transform="pandas").fit(score, labels).transform(score)
     assert list(out.columns) == ["neg", "pos"]
-    assert out.shape == (300, 2)
+    assert out.shape == (600, 2)
 
 
 def test_pipeline_passes_class_names_downstream(calibrator, frame_y):
@@ -138,9 +138,9 @@ def test_float32_frame_stays_float32(calibrator, frame_y):
 @pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
 def test_calibrated_classifier_records_estimator_feature_names(cls):
     rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, size=300)
+    y = rng.integers(0, 3, size=1500)
     frame = pd.DataFrame(
-        rng.normal(size=(300, 4)) + np.eye(3, 4)[y], columns=["a", "b", "c", "d"]
+        rng.normal(size=(1500, 4)) + np.eye(3, 4)[y], columns=["a", "b", "c", "d"]
     )
     labels = pd.Series(np.array(["x", "y", "z"])[y])
     clf = CalibratedClassifier(LogisticRegression(), make_fast(cls), cv=3)
@@ -198,7 +198,7 @@ def _calibration_scorers():
 def test_cross_validated_scores_tabulate_as_a_dataframe(scorer_name):
     from sklearn_calib import metrics
 
-    X, y = make_logits(n_samples=400, n_classes=4, seed=10)
+    X, y = make_logits(n_samples=800, n_classes=4, seed=10)
     calibrator = make_fast(CALIBRATORS[0])
     cv = KFold(4, shuffle=True, random_state=0)
     scoring = {scorer_name: metrics.get_scorer(scorer_name)}

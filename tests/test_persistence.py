@@ -36,14 +36,14 @@ WITH_TO_TORCH = [cls for cls in CALIBRATORS if hasattr(cls, "to_torch")]
 
 @pytest.fixture(scope="module")
 def logits_y():
-    return make_logits(n_samples=400, n_classes=4, seed=7)
+    return make_logits(n_samples=600, n_classes=4, seed=7)
 
 
 @pytest.fixture(scope="module")
 def features_y():
     rng = np.random.default_rng(0)
-    y = rng.integers(0, 3, size=300)
-    X = rng.normal(size=(300, 5)) + 1.5 * np.eye(3, 5)[y]
+    y = rng.integers(0, 3, size=1500)
+    X = rng.normal(size=(1500, 5)) + 1.5 * np.eye(3, 5)[y]
     return X, y
 
 
@@ -52,6 +52,15 @@ def _cases(cls, logits_y, features_y):
     calibrator in CalibratedClassifier on features."""
     meta = CalibratedClassifier(LogisticRegression(), make_fast(cls), cv=3)
     return [(make_fast(cls), *logits_y), (meta, *features_y)]
+
+
+@pytest.fixture(scope="module")
+def fitted_cases(logits_y, features_y):
+    """``_cases`` of every calibrator, fitted once for all the round trips."""
+    return {
+        cls: [(est.fit(X, y), X) for est, X, y in _cases(cls, logits_y, features_y)]
+        for cls in CALIBRATORS
+    }
 
 
 def _skops_round_trip(estimator):
@@ -78,9 +87,9 @@ ROUND_TRIPS = {
 
 @pytest.mark.parametrize("fmt", sorted(ROUND_TRIPS))
 @pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
-def test_round_trip_predicts_the_same(cls, fmt, logits_y, features_y):
-    for estimator, X, y in _cases(cls, logits_y, features_y):
-        restored = ROUND_TRIPS[fmt](estimator.fit(X, y))
+def test_round_trip_predicts_the_same(cls, fmt, fitted_cases):
+    for estimator, X in fitted_cases[cls]:
+        restored = ROUND_TRIPS[fmt](estimator)
         assert type(restored) is type(estimator)
         assert restored.get_params().keys() == estimator.get_params().keys()
         np.testing.assert_array_equal(restored.classes_, estimator.classes_)
@@ -90,22 +99,20 @@ def test_round_trip_predicts_the_same(cls, fmt, logits_y, features_y):
         np.testing.assert_array_equal(restored.predict(X), estimator.predict(X))
 
 
-def test_skops_load_refuses_untrusted_types_by_default(logits_y):
+def test_skops_load_refuses_untrusted_types_by_default(fitted_cases):
     sio = pytest.importorskip("skops.io")
     from skops.io.exceptions import UntrustedTypesFoundException
 
-    cls = CALIBRATORS[0]
-    data = sio.dumps(make_fast(cls).fit(*logits_y))
+    calibrator, _ = fitted_cases[CALIBRATORS[0]][0]
+    data = sio.dumps(calibrator)
     with pytest.raises(UntrustedTypesFoundException):
         sio.loads(data)
 
 
-def test_skops_file_round_trip_with_listed_trusted_types(tmp_path, features_y):
+def test_skops_file_round_trip_with_listed_trusted_types(tmp_path, fitted_cases):
     sio = pytest.importorskip("skops.io")
-    X, y = features_y
+    clf, X = fitted_cases[CALIBRATORS[0]][1]
     path = tmp_path / "calibrated.skops"
-    clf = CalibratedClassifier(LogisticRegression(), make_fast(CALIBRATORS[0]), cv=3)
-    clf.fit(X, y)
     sio.dump(clf, path)
     assert set(sio.get_untrusted_types(file=path)) <= set(skops_trusted_types())
     restored = sio.load(path, trusted=skops_trusted_types())
@@ -153,7 +160,7 @@ def _compile(module, example):
 @pytest.mark.parametrize("n_classes", [2, 4])
 def test_to_torch_equals_log_predict_proba(cls, n_classes):
     torch = pytest.importorskip("torch")
-    X, y = make_logits(n_samples=300, n_classes=n_classes, seed=11)
+    X, y = make_logits(n_samples=600, n_classes=n_classes, seed=11)
     calibrator = make_fast(cls).fit(X, y)
     module = calibrator.to_torch()
     assert isinstance(module, torch.nn.Module)
@@ -176,7 +183,7 @@ def test_to_torch_equals_log_predict_proba(cls, n_classes):
 )
 def test_to_torch_binary_score_column(cls):
     torch = pytest.importorskip("torch")
-    X, y = make_logits(n_samples=300, n_classes=2, seed=12)
+    X, y = make_logits(n_samples=600, n_classes=2, seed=12)
     score = X[:, 1:] - X[:, :1]
     calibrator = make_fast(cls).fit(score, y)
     with torch.no_grad():
