@@ -119,11 +119,14 @@ def evaluate(data_name, X, y, est_name, estimator, quick):
     )
     classes = np.unique(y)
     y_codes = np.searchsorted(classes, y_test)
-    splits = list(StratifiedKFold(5, shuffle=True, random_state=0).split(X_train, y_train))
+    cv = StratifiedKFold(5, shuffle=True, random_state=0)
+    splits = list(cv.split(X_train, y_train))
     rows = []
     proba_by_method = {}
     for name, factory in methods(quick):
-        model = clone(estimator) if factory is None else factory(clone(estimator), splits)
+        model = clone(estimator)
+        if factory is not None:
+            model = factory(model, splits)
         start = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -138,10 +141,10 @@ def evaluate(data_name, X, y, est_name, estimator, quick):
         proba_by_method[name] = proba
         rows.append({"dataset": data_name, "estimator": est_name, "method": name,
                      "fit_s": fit_s, **scores(y_codes, proba)})
-    if "TemperatureScaling" in proba_by_method and "sklearn temperature" in proba_by_method:
-        gap = np.abs(
-            proba_by_method["TemperatureScaling"] - proba_by_method["sklearn temperature"]
-        ).max()
+    ours = proba_by_method.get("TemperatureScaling")
+    theirs = proba_by_method.get("sklearn temperature")
+    if ours is not None and theirs is not None:
+        gap = np.abs(ours - theirs).max()
         for row in rows:
             if row["method"] == "TemperatureScaling":
                 row["max_abs_diff_vs_sklearn_ts"] = float(gap)
@@ -169,7 +172,8 @@ def to_markdown(rows, info, quick):
             "max_abs_diff_vs_sklearn_ts" in r else "",
         ])
     return (
-        f"## CalibratedClassifier vs CalibratedClassifierCV{' (quick)' if quick else ''}\n\n"
+        "## CalibratedClassifier vs CalibratedClassifierCV"
+        f"{' (quick)' if quick else ''}\n\n"
         "5-fold ensembles on a stratified 70/30 split; test metrics (lower is better "
         "except accuracy). Fit times are wall-clock on a shared machine "
         f"({info['cpu_count']} CPUs, torch {info['torch']}), pessimistic.\n\n"
