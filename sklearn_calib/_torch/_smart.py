@@ -63,6 +63,27 @@ def layer_sizes(hidden_sizes):
     return list(zip(sizes[:-1], sizes[1:], strict=True))
 
 
+def seeded_generator(random_state):
+    """A CPU ``torch.Generator`` for the initialisation.
+
+    An integer seeds it directly, so ``random_state=s`` draws the network that
+    ``torch.manual_seed(s)`` followed by ``nn.Linear(1, 16), nn.Linear(16, 1)``
+    would, as in the usual torch recipe. ``None`` or a ``RandomState`` draw
+    the seed from numpy's generator.
+    """
+    from numbers import Integral
+
+    from sklearn.utils import check_random_state
+
+    if isinstance(random_state, Integral) and not isinstance(random_state, bool):
+        seed = int(random_state)
+    else:
+        seed = int(check_random_state(random_state).randint(0, 2**31 - 1))
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed)
+    return generator
+
+
 def initial_parameters(hidden_sizes, generator):
     """PyTorch's default ``nn.Linear`` initialisation, drawn from ``generator``.
 
@@ -148,24 +169,34 @@ class _Network:
 
     def backward(self, grad_out):
         """float64 d loss / d params from d loss / d output (N,)."""
+        if len(self.blocks) == 2:
+            self._backward_one_hidden_layer(grad_out)
+            return self.work_grad.to(torch.float64)
         grad = grad_out.view(1, -1)
         for layer in range(len(self.blocks) - 1, 0, -1):
             hidden = self.activations[layer]
-            weight = self.blocks[layer][:, :-1]
             grad_block = self.grad_blocks[layer]
             torch.mm(grad, hidden.T, out=grad_block[:, :-1])
             torch.sum(grad, dim=1, out=grad_block[:, -1])
-            mask = torch.sign(hidden)  # ReLU'(h) for h >= 0, 0 at 0 as in torch
-            if layer == 1 and grad.shape[0] == 1:
-                # First-layer gradient (w_j 1[h_ji > 0] g_i) [m_i, 1]: fold the
-                # output weight in after the product instead of forming it.
-                scaled = self.activations[0] * grad
-                torch.mm(mask, scaled.T, out=self.grad_blocks[0])
-                self.grad_blocks[0].mul_(weight.view(-1, 1))
-                return self.work_grad.to(torch.float64)
-            grad = torch.mm(weight.T, grad).mul_(mask)
+            # ReLU'(h) = sign(h) for h >= 0 (0 at 0, as torch's relu backward)
+            grad = torch.mm(self.blocks[layer][:, :-1].T, grad).mul_(torch.sign(hidden))
         torch.mm(grad, self.activations[0].T, out=self.grad_blocks[0])
         return self.work_grad.to(torch.float64)
+
+    def _backward_one_hidden_layer(self, grad_out):
+        """o = w . relu(W m + b) + c: all four gradients from one product.
+
+        With the mask M_ji = 1[h_ji > 0], A_j = sum_i M_ji g_i m_i and
+        B_j = sum_i M_ji g_i: dW = w A, db = w B, dw = W A + b B (as
+        h_j = M_j (W_j m + b_j)) and dc = sum_i g_i.
+        """
+        inputs, hidden = self.activations
+        scaled = inputs * grad_out  # (2, N): [g m; g]
+        first, output = self.grad_blocks
+        torch.mm(torch.sign(hidden), scaled.T, out=first)  # (units, 2): [A, B]
+        torch.sum(first * self.blocks[0], dim=1, out=output[0, :-1])
+        torch.sum(scaled[1], dim=0, out=output[0, -1])
+        first.mul_(self.blocks[1][:, :-1].view(-1, 1))
 
 
 class SmartProblem:
@@ -193,18 +224,20 @@ class SmartProblem:
         self.tail = shifted[1:].mul_(_LOG2E)
         self.buffer = torch.empty_like(self.tail)
         weights = weights.to(torch.float64)
-        self.weights = (weights / weights.sum()).to(dtype)
+        weights = weights / weights.sum()
+        self.weights = weights.to(dtype)
+        # The tail is in log2 units: S1 = ln2 * sum_k exp(beta d_k) (log2e d_k).
+        self.weights_ln2 = (weights * _LN2).to(dtype)
         self.correct = correct.to(dtype)
         self.true_gap = true_gap.to(dtype)
         margins = margins.to(dtype)
         self.inputs = torch.stack([margins, torch.ones_like(margins)])
 
     def confidence_terms(self, beta):
-        """S = sum_k exp(beta d_k) and S1 = sum_k exp(beta d_k) d_k, per sample."""
-        buffer = torch.mul(self.tail, beta.view(1, -1), out=self.buffer).exp2_()
+        """S = sum_k exp(beta d_k) and S1 / ln2 = sum_k exp(beta d_k) d_k log2(e)."""
+        buffer = torch.mul(self.tail, beta, out=self.buffer).exp2_()
         total = buffer.sum(dim=0).add_(1.0)
-        first = torch.linalg.vecdot(buffer, self.tail, dim=0).mul_(_LN2)
-        return total, first
+        return total, torch.linalg.vecdot(buffer, self.tail, dim=0)
 
 
 class _SoftBins:
@@ -225,78 +258,91 @@ class _SoftBins:
         self.scale = math.sqrt(_LOG2E / (2.0 * sigma * sigma))
         self.scaled_centres = (centres * self.scale).to(dtype).view(-1, 1)
         self.n_bins = n_bins
-        self.delta_sq = delta * delta
+        # Every p lies within 1 / (2 n_bins) of a centre, so the largest
+        # unnormalised weight is at least 2^-(log2(e) / (8 (n_bins sigma)^2)):
+        # above 2^-18 when n_bins sigma >= 0.1. Narrower kernels could
+        # underflow and are shifted by each row's largest bin logit instead.
+        self.shift = n_bins * sigma < 0.1
         self.charbonnier = charbonnier
+        self.row_scale = torch.tensor([[delta], [1.0]], dtype=dtype, device=device)
         # d u_b / dp = (c_b - p) / sigma^2; the p part cancels in the softmax
         # backward and so does any constant, so centred slopes lose less to
         # cancellation in float32.
-        slopes = (centres - 0.5) / (sigma * sigma)
+        slopes = ((centres - 0.5) / (sigma * sigma)).to(dtype)
+        self.slopes = slopes
         self.rhs = torch.empty((5, n_bins), dtype=dtype, device=device)
         self.rhs[4] = slopes
-        self.slopes = slopes.to(dtype)
+        self.zero = torch.zeros((), dtype=dtype, device=device)
+
+    def _kernel(self, p):
+        """Unnormalised bin weights, (n_bins, N)."""
+        scaled_p = p * self.scale
+        distance = torch.sub(self.scaled_centres, scaled_p)
+        if not self.shift:
+            return torch.addcmul(self.zero, distance, distance, value=-1.0).exp2_()
+        n_bins = self.n_bins
+        nearest = torch.floor(p * n_bins).clamp_(0, n_bins - 1).add_(0.5)
+        nearest = nearest.mul_(self.scale / n_bins).sub_(scaled_p).square_()
+        return torch.addcmul(nearest, distance, distance, value=-1.0).exp2_()
 
     def __call__(self, p, correct, weights, out):
-        """Write the loss into ``out`` (0-d) and return d loss / d p (N,)."""
-        n_bins, scale = self.n_bins, self.scale
-        scaled_p = p * scale
-        # Shift every row by its largest bin logit (the nearest centre's), so
-        # that the largest weight is exactly 1 whatever sigma.
-        nearest = torch.floor(p * n_bins).clamp_(0, n_bins - 1).add_(0.5)
-        nearest_gap = nearest.mul_(scale / n_bins).sub_(scaled_p).square_()
-        kernel = torch.sub(self.scaled_centres, scaled_p.view(1, -1)).square_()
-        kernel = torch.sub(nearest_gap.view(1, -1), kernel, out=kernel).exp2_()
-        inv_norm = kernel.sum(dim=0).reciprocal_()  # (n_bins, N) -> (N,)
+        """Write the loss into ``out`` (0-d); return d loss / d p divided by s."""
+        kernel = self._kernel(p)
+        inv_norm = kernel.sum(dim=0).reciprocal_()
         residual = p - correct
         scaled = weights * inv_norm
-        mass, gap = torch.mm(torch.stack([scaled, scaled * residual]), kernel.T)
+        sums = torch.stack([scaled, scaled * residual])
+        mass_gap = torch.mm(sums, kernel.T)  # (2, n_bins): [M; G]
         if self.charbonnier:
-            norm = torch.sqrt(gap * gap + self.delta_sq * mass * mass)
+            mass_gap.mul_(self.row_scale)  # [delta M; G]
+            norm = torch.linalg.vector_norm(mass_gap, dim=0)
             torch.sum(norm, dim=0, out=out)
-            inv = torch.where(norm > 0, norm.reciprocal(), torch.zeros_like(norm))
-            grad_gap = gap * inv
-            grad_mass = inv.mul_(mass).mul_(self.delta_sq)
+            # [delta^2 M / norm; G / norm], and 0 for an empty bin (norm = 0)
+            tiny = torch.finfo(norm.dtype).tiny
+            grads = mass_gap.div_(norm.clamp_(min=tiny)).mul_(self.row_scale)
         else:
-            torch.sum(gap.abs(), dim=0, out=out)
-            grad_gap = torch.sign(gap)
-            grad_mass = torch.zeros_like(gap)
+            torch.sum(mass_gap[1].abs(), dim=0, out=out)
+            grads = torch.stack([torch.zeros_like(mass_gap[1]), mass_gap[1].sign()])
         rhs = self.rhs
-        rhs[0] = grad_gap
-        torch.mul(grad_mass, self.slopes, out=rhs[1])
-        torch.mul(grad_gap, self.slopes, out=rhs[2])
-        rhs[3] = grad_mass
-        q1, q2, q3, q4, q5 = torch.mm(rhs, kernel).mul_(inv_norm)
-        # d/dp_i = s_i [Q1 + Q2 + r_i Q3 - Q5 (Q4 + r_i Q1)], Q = W [gG, gM u,
-        # gG u, gM, u] with u the slopes: the direct term through G, then the
-        # softmax backward through the weights.
-        grad = q3.mul_(residual).add_(q1).add_(q2)
-        grad.sub_(q1.mul_(residual).add_(q4).mul_(q5))
-        return grad.mul_(weights)
+        rhs[:2] = grads
+        torch.mul(grads, self.slopes, out=rhs[2:4])
+        q = torch.mm(rhs, kernel).mul_(inv_norm)  # W [gM, gG, gM u, gG u, u]
+        # d/dp_i = s_i [W gG + W gM u + r_i W gG u - W u (W gM + r_i W gG)]:
+        # the direct term through G, then the softmax backward through w.
+        grad = torch.add(q[1], q[2]).addcmul_(residual, q[3])
+        return grad.addcmul_(q[4], torch.addcmul(q[0], residual, q[1]), value=-1.0)
 
 
-def loss_and_temperature_grad(problem, temperature, loss, bins, out):
-    """Write the loss into ``out``; return its gradient in each temperature."""
-    beta = temperature.reciprocal()
+def loss_and_temperature_grad(problem, beta, loss, bins, out):
+    """Write the loss into ``out``; return its gradient in each temperature.
+
+    ``beta`` holds the inverse temperatures; it is overwritten.
+    """
     total, first = problem.confidence_terms(beta)
     if loss == "nll":
         nll = total.log().sub_(beta * problem.true_gap)
         torch.sum(nll.mul_(problem.weights), dim=0, out=out)
         # d/dT [log S - d_y / T] = -(S1 / S - d_y) / T^2
-        grad = first.div_(total).sub_(problem.true_gap).mul_(problem.weights)
+        grad = first.mul_(problem.weights_ln2).div_(total)
+        grad.sub_(problem.true_gap * problem.weights)
         return grad.mul_(beta.square_()).neg_()
     confidence = total.reciprocal_()
-    grad_p = bins(confidence, problem.correct, problem.weights, out)
-    # p = 1 / S, so dp/dT = S1 / (S T)^2
-    return grad_p.mul_(first).mul_(confidence.mul_(beta).square_())
+    grad = bins(confidence, problem.correct, problem.weights, out)
+    # p = 1 / S, so dp/dT = S1 (p / T)^2
+    factor = confidence.mul_(beta).square_().mul_(first)
+    return grad.mul_(factor).mul_(problem.weights_ln2)
 
 
 def evaluate(problem, network, loss, bins, out):
-    """Loss at the current parameters into ``out``; returns its float64 gradient."""
+    """Loss at the current parameters into ``out``; returns its float64 gradient.
+
+    dT/do is taken as sigmoid(o) everywhere; torch's softplus backward uses 1
+    above its threshold of 20, which differs by less than 2e-9.
+    """
     raw = network.forward(problem.inputs)
-    temperature = torch.nn.functional.softplus(raw).add_(MIN_TEMPERATURE)
-    # dT/do, as torch's softplus backward (1 above the threshold)
-    slope = torch.sigmoid(raw).masked_fill_(raw > SOFTPLUS_THRESHOLD, 1.0)
-    grad = loss_and_temperature_grad(problem, temperature, loss, bins, out)
-    return network.backward(grad.mul_(slope))
+    beta = torch.nn.functional.softplus(raw).add_(MIN_TEMPERATURE).reciprocal_()
+    grad = loss_and_temperature_grad(problem, beta, loss, bins, out)
+    return network.backward(grad.mul_(torch.sigmoid(raw)))
 
 
 def make_bins(problem, loss, n_bins, sigma, delta):
@@ -348,6 +394,38 @@ def fit_smart(
     ``early_stopping``, training stops once ``n_iter_no_change`` consecutive
     steps bring no improvement larger than ``tol`` over the best loss.
     """
+    with _one_cpu_thread(problem.device):
+        return _fit_smart(
+            problem,
+            coefs,
+            intercepts,
+            loss=loss,
+            n_bins=n_bins,
+            sigma=sigma,
+            delta=delta,
+            lr=lr,
+            max_iter=max_iter,
+            early_stopping=early_stopping,
+            n_iter_no_change=n_iter_no_change,
+            tol=tol,
+        )
+
+
+def _fit_smart(
+    problem,
+    coefs,
+    intercepts,
+    *,
+    loss,
+    n_bins,
+    sigma,
+    delta,
+    lr,
+    max_iter,
+    early_stopping,
+    n_iter_no_change,
+    tol,
+):
     device = problem.device
     network = _Network(coefs, intercepts, problem.dtype, device)
     bins = make_bins(problem, loss, n_bins, sigma, delta)
