@@ -188,7 +188,8 @@ def _warm_up():
     rng = np.random.default_rng(0)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # random logits: T at its bound
-        TemperatureScaling(device="cpu").fit(rng.normal(size=(50, 3)), np.arange(50) % 3)
+        logits, labels = rng.normal(size=(50, 3)), np.arange(50) % 3
+        TemperatureScaling(device="cpu").fit(logits, labels)
 
 
 def main(argv=None):
