@@ -897,3 +897,14 @@ def test_report_is_reproducible(capsys, npz_two_splits, monkeypatch):
         assert {k: v for k, v in a.items() if k != "fit_time_s"} == {
             k: v for k, v in b.items() if k != "fit_time_s"
         }
+
+
+def test_report_fast_settings_are_applied_and_noted(
+    capsys, npz_two_splits, monkeypatch
+):
+    monkeypatch.setattr(cli, "REPORT_PARAMS", {"TemperatureScaling": {"max_iter": 1}})
+    report = report_json(capsys, npz_two_splits, "--methods", "TemperatureScaling")
+    note = report["results"][1]["note"]
+    assert note.startswith("fast settings {'max_iter': 1}")
+    # One Newton step does not converge: the warning is reported, not raised.
+    assert "ConvergenceWarning" in note
