@@ -6,6 +6,7 @@ matplotlib: torch is loaded when a calibrator is fitted, matplotlib when a
 figure is drawn.
 """
 
+from ._binning import HistogramBinning, IsotonicCalibration
 from ._meta import CalibratedClassifier
 from ._scaling import TemperatureScaling
 from ._smart import SMART
@@ -16,6 +17,8 @@ __version__ = "0.1.0"
 __all__ = [
     "BaseCalibrator",
     "CalibratedClassifier",
+    "HistogramBinning",
+    "IsotonicCalibration",
     "SMART",
     "TemperatureScaling",
     "__version__",

@@ -361,17 +361,17 @@ def test_small_validation_set_works_and_warns():
     X, y = make_logits(n_samples=50, n_classes=3, seed=15)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        with pytest.warns(UserWarning, match=r"50 \(effective\).*below 500"):
+        with pytest.warns(UserWarning, match=r"50 \(effective\).*below 1000"):
             smart = SMART(device="cpu", random_state=0, max_iter=200).fit(X, y)
     proba = smart.predict_proba(X)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     assert smart.predict_temperature(X).min() >= 0.1
-    # 600 rows do not warn; 600 rows whose weight sits on a few do.
-    X, y = make_logits(n_samples=600, n_classes=3, seed=16)
+    # 1200 rows do not warn; 1200 rows whose weight sits on a few do.
+    X, y = make_logits(n_samples=1200, n_classes=3, seed=16)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         fast(max_iter=2).fit(X, y)
-    w = np.full(600, 1e-3)
+    w = np.full(1200, 1e-3)
     w[:20] = 1.0
     with pytest.warns(UserWarning, match="effective"):
         fast(max_iter=2).fit(X, y, sample_weight=w)

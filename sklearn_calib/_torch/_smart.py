@@ -140,6 +140,15 @@ class _Network:
         self.work_grad = torch.empty_like(self.work)
         self.blocks = self._views(self.work)
         self.grad_blocks = self._views(self.work_grad)
+        # Fixed views, so that a step slices nothing.
+        self.weights = [b[:, :-1] for b in self.blocks]
+        self.biases = [b[:, -1:] for b in self.blocks]
+        self.weights_t = [w.T for w in self.weights]
+        if len(self.blocks) == 2:
+            output = self.grad_blocks[1]
+            self.output_weight_grad = output[0, :-1]
+            self.output_bias_grad = output[0, -1]
+            self.output_weight = self.weights[1].view(-1, 1)
 
     def _views(self, flat):
         views, start = [], 0
@@ -161,10 +170,10 @@ class _Network:
         self.work.copy_(self.params)
         self.activations = [inputs]
         x = torch.mm(self.blocks[0], inputs)
-        for block in self.blocks[1:]:
+        for weight, bias in zip(self.weights[1:], self.biases[1:], strict=True):
             x.clamp_(min=0.0)  # ReLU
             self.activations.append(x)
-            x = torch.addmm(block[:, -1:], block[:, :-1], x)
+            x = torch.addmm(bias, weight, x)
         return x.view(-1)
 
     def backward(self, grad_out):
@@ -176,10 +185,11 @@ class _Network:
         for layer in range(len(self.blocks) - 1, 0, -1):
             hidden = self.activations[layer]
             grad_block = self.grad_blocks[layer]
-            torch.mm(grad, hidden.T, out=grad_block[:, :-1])
-            torch.sum(grad, dim=1, out=grad_block[:, -1])
+            # (strided views of the gradient vector: copied into, not out=)
+            grad_block[:, :-1] = torch.mm(grad, hidden.T)
+            grad_block[:, -1] = grad.sum(dim=1)
             # ReLU'(h) = sign(h) for h >= 0 (0 at 0, as torch's relu backward)
-            grad = torch.mm(self.blocks[layer][:, :-1].T, grad).mul_(torch.sign(hidden))
+            grad = torch.mm(self.weights_t[layer], grad).mul_(torch.sign(hidden))
         torch.mm(grad, self.activations[0].T, out=self.grad_blocks[0])
         return self.work_grad.to(torch.float64)
 
@@ -192,11 +202,11 @@ class _Network:
         """
         inputs, hidden = self.activations
         scaled = inputs * grad_out  # (2, N): [g m; g]
-        first, output = self.grad_blocks
+        first = self.grad_blocks[0]
         torch.mm(torch.sign(hidden), scaled.T, out=first)  # (units, 2): [A, B]
-        torch.sum(first * self.blocks[0], dim=1, out=output[0, :-1])
-        torch.sum(scaled[1], dim=0, out=output[0, -1])
-        first.mul_(self.blocks[1][:, :-1].view(-1, 1))
+        torch.linalg.vecdot(first, self.blocks[0], dim=1, out=self.output_weight_grad)
+        torch.sum(grad_out, dim=0, out=self.output_bias_grad)
+        first.mul_(self.output_weight)
 
 
 class SmartProblem:
@@ -440,8 +450,9 @@ def _fit_smart(
     known_last = 0
     beta1, beta2 = _ADAM_BETAS
     n_iter = max_iter
+    slots = losses.unbind()
     for step in range(max_iter):
-        current = losses[step]
+        current = slots[step]
         grad = evaluate(problem, network, loss, bins, current)
         improved = current < best_loss
         if early_stopping:

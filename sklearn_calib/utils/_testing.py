@@ -10,6 +10,8 @@ import numpy as np
 # Constructor parameters that keep the common tests fast. An empty dict means
 # the defaults are already fast.
 FAST_PARAMS = {
+    "HistogramBinning": {},
+    "IsotonicCalibration": {},
     "SMART": {"max_iter": 30, "device": "cpu", "random_state": 0},
     "TemperatureScaling": {"device": "cpu"},
 }
