@@ -8,7 +8,13 @@ figure is drawn.
 
 from ._binning import HistogramBinning, IsotonicCalibration
 from ._meta import CalibratedClassifier
-from ._scaling import TemperatureScaling
+from ._scaling import (
+    DirichletCalibration,
+    MatrixScaling,
+    PlattScaling,
+    TemperatureScaling,
+    VectorScaling,
+)
 from ._smart import SMART
 from .base import BaseCalibrator
 
@@ -19,7 +25,11 @@ __all__ = [
     "CalibratedClassifier",
     "HistogramBinning",
     "IsotonicCalibration",
+    "DirichletCalibration",
+    "MatrixScaling",
+    "PlattScaling",
     "SMART",
     "TemperatureScaling",
+    "VectorScaling",
     "__version__",
 ]

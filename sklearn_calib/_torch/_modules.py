@@ -61,3 +61,77 @@ class SmartModule(nn.Module):
         temperature = nn.functional.softplus(raw) + 0.1
         scale = temperature.reciprocal().to(logits.dtype)
         return torch.log_softmax(logits * scale.unsqueeze(-1), dim=-1)
+
+
+def _binary_as_two_logits(logits: torch.Tensor) -> torch.Tensor:
+    """A single score column s (binary problem) becomes the logits (0, s)."""
+    if logits.shape[-1] == 1:
+        logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
+    return logits
+
+
+class VectorScalingModule(nn.Module):
+    """Maps logits to calibrated log-probabilities: log_softmax(w * z + b).
+
+    A single score column ``s`` (binary problem) is read as the logits (0, s).
+    """
+
+    def __init__(self, coef, intercept):
+        super().__init__()
+        self.register_buffer("coef", torch.as_tensor(coef, dtype=torch.float64).clone())
+        self.register_buffer(
+            "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
+        )
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = _binary_as_two_logits(logits)
+        coef = self.coef.to(logits.dtype)
+        intercept = self.intercept.to(logits.dtype)
+        return torch.log_softmax(logits * coef + intercept, dim=-1)
+
+
+class MatrixScalingModule(nn.Module):
+    """Maps logits to calibrated log-probabilities: log_softmax(W x + b).
+
+    ``x`` is the logits themselves (matrix scaling) or their log-softmax
+    (``log_probabilities=True``: Dirichlet calibration). A single score column
+    ``s`` (binary problem) is read as the logits (0, s).
+    """
+
+    def __init__(self, coef, intercept, log_probabilities: bool):
+        super().__init__()
+        self.log_probabilities = log_probabilities
+        self.register_buffer("coef", torch.as_tensor(coef, dtype=torch.float64).clone())
+        self.register_buffer(
+            "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
+        )
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = _binary_as_two_logits(logits)
+        if self.log_probabilities:
+            logits = torch.log_softmax(logits, dim=-1)
+        coef = self.coef.to(logits.dtype)
+        intercept = self.intercept.to(logits.dtype)
+        return torch.log_softmax(logits @ coef.T + intercept, dim=-1)
+
+
+class PlattModule(nn.Module):
+    """Maps binary scores to calibrated log-probabilities: log_softmax((0, a s + c)).
+
+    ``s`` is a single score column, or the difference z_1 - z_0 of two logits.
+    """
+
+    def __init__(self, coef: float, intercept: float):
+        super().__init__()
+        self.register_buffer("coef", torch.tensor(coef, dtype=torch.float64))
+        self.register_buffer("intercept", torch.tensor(intercept, dtype=torch.float64))
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        if logits.shape[-1] == 1:
+            score = logits
+        else:
+            score = logits[..., 1:2] - logits[..., 0:1]
+        positive = score * self.coef.to(logits.dtype) + self.intercept.to(logits.dtype)
+        return torch.log_softmax(
+            torch.cat([torch.zeros_like(positive), positive], dim=-1), dim=-1
+        )
