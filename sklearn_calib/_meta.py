@@ -130,7 +130,9 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     ``split`` (for example ``groups``) by their requests.
 
     Sparse input and missing values are accepted exactly when the estimator
-    accepts them: the calibrator only ever sees dense, finite logits.
+    accepts them: the calibrator only ever sees dense, finite logits. The
+    classifier handles more than two classes when both the estimator and the
+    calibrator do (``PlattScaling`` is binary only).
 
     References
     ----------
@@ -213,6 +215,13 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             The fitted classifier.
         """
         y = check_classification_labels(self, y)
+        n_classes = np.unique(y).shape[0]
+        if n_classes > 2 and not get_tags(self).classifier_tags.multi_class:
+            raise ValueError(
+                "Only binary classification is supported. "
+                f"{type(self._get_calibrator()).__name__} (or the estimator) "
+                f"handles two classes, but y has {n_classes}."
+            )
         X, y = indexable(X, y)
         if sample_weight is not None:
             sample_weight = check_sample_weight(sample_weight, X)
@@ -410,6 +419,12 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         estimator_tags = get_tags(self._get_estimator())
+        calibrator_tags = get_tags(self._get_calibrator())
         tags.input_tags.sparse = estimator_tags.input_tags.sparse
         tags.input_tags.allow_nan = estimator_tags.input_tags.allow_nan
+        # A binary-only calibrator (Platt scaling) makes a binary-only classifier.
+        tags.classifier_tags.multi_class = (
+            estimator_tags.classifier_tags.multi_class
+            and calibrator_tags.classifier_tags.multi_class
+        )
         return tags
