@@ -184,6 +184,23 @@ def test_frozen_estimator_with_ensemble_calibrates_each_fold():
     np.testing.assert_allclose(clf.predict_proba(X_cal), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("cls", CALIBRATORS, ids=[c.__name__ for c in CALIBRATORS])
+def test_every_calibrator_sees_the_decision_function(cls):
+    # Binary for a binary-only calibrator: a 1-D decision function, one score
+    # column; otherwise the (n, 3) decision function.
+    n_classes = 3 if get_tags(make_fast(cls)).classifier_tags.multi_class else 2
+    X, y = _data(n_classes, n_samples=1500)
+    prefit = LogisticRegression().fit(X[:500], y[:500])
+    clf = CalibratedClassifier(FrozenEstimator(prefit), make_fast(cls))
+    clf.fit(X[500:], y[500:])
+    scores = prefit.decision_function(X)
+    scores = scores[:, None] if scores.ndim == 1 else scores
+    direct = make_fast(cls).fit(scores[500:], y[500:])
+    np.testing.assert_allclose(
+        clf.predict_proba(X), direct.predict_proba(scores), rtol=1e-12, atol=1e-15
+    )
+
+
 def test_predict_proba_logits_are_clipped_log_probabilities():
     X, y = _data(3)
     prefit = GaussianNB().fit(X[:200], y[:200])
