@@ -15,7 +15,7 @@ module makes that pass cheap while keeping it exact:
   CPU; the scaling costs one rounding).
 - Forward and backward passes are written out by hand: the network has 49
   parameters and the loss is a handful of reductions, so a step is a fixed
-  sequence of about sixty tensor operations, with no autograd graph, no host
+  sequence of about eighty tensor operations, with no autograd graph, no host
   synchronisation and no Python work beyond Adam's scalar bias corrections.
 - Every per-sample array is stored with the sample index contiguous (hidden
   activations 16 x N, soft bin weights 15 x N), the layout in which the small
@@ -40,7 +40,6 @@ import torch
 MIN_TEMPERATURE = 0.1
 # torch.nn.Softplus's default: softplus(o) = o above this.
 SOFTPLUS_THRESHOLD = 20.0
-LOSSES = ("charbonnier_soft_ece", "soft_ece", "nll")
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
 _ADAM_BETAS = (0.9, 0.999)
@@ -364,10 +363,10 @@ def make_bins(problem, loss, n_bins, sigma, delta):
 def _one_cpu_thread(device):
     """Run torch's CPU kernels on one thread, restoring the setting after.
 
-    A step is about sixty operations on arrays of a few ten thousand values:
-    splitting each over threads costs a synchronisation per operation, which
-    gains little on an idle machine and costs up to 50x when other processes
-    share the cores.
+    A step is about eighty operations on arrays of a few ten thousand values,
+    too small to gain much from splitting, and each split costs a thread
+    synchronisation: on 2 cores shared with other jobs, two threads made
+    fits 10 to 50 times slower than one (measured).
     """
     previous = torch.get_num_threads()
     if device.type != "cpu" or previous == 1:
