@@ -153,8 +153,8 @@ class SMART(BaseCalibrator):
     >>> import numpy as np
     >>> from sklearn_calib import SMART
     >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=600)
-    >>> logits = 4.0 * np.eye(3)[y] + rng.normal(scale=2.0, size=(600, 3))
+    >>> y = rng.integers(0, 3, size=2000)
+    >>> logits = 4.0 * np.eye(3)[y] + rng.normal(scale=2.0, size=(2000, 3))
     >>> smart = SMART(max_iter=300, device="cpu", random_state=0).fit(logits, y)
     >>> bool(smart.predict_temperature(logits).min() >= 0.1)
     True
