@@ -66,6 +66,10 @@ plt.show()
 # Reading the result
 # ------------------
 # The raw network is strongly over-confident (about 14% ECE). A single
-# temperature removes most of it; the methods with more parameters have to
-# learn them from 50 validation images per class, so they gain little on
-# this set or overfit, which the NLL shows. See :doc:`/user_guide/choosing`.
+# temperature removes most of it. The methods with more parameters have to
+# learn them from 50 validation images per class: vector, matrix and
+# Dirichlet scaling (regularised) reach about the same NLL as temperature
+# scaling but no lower ECE, and they change a few predictions. The
+# non-parametric isotonic regression and histogram binning need far more
+# samples per class than this and stay well behind, on both metrics. See
+# :doc:`/user_guide/choosing`.
