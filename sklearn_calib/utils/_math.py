@@ -21,7 +21,7 @@ def log_softmax(logits, *, out=None):
     return out
 
 
-def row_chunks(n_rows, n_cols, *, max_elements=2**21):
+def row_chunks(n_rows, n_cols, *, max_elements=2**18):
     """Yield slices of rows holding at most about ``max_elements`` values.
 
     Prediction works chunk by chunk so that the temporaries of a large
