@@ -404,17 +404,27 @@ def calibrator_classes():
 
 
 def resolve_method(name):
-    """Calibrator class from a name: class name, any case, or snake_case."""
+    """Calibrator class from a name.
+
+    The class name in any case, with or without underscores or hyphens
+    (``temperature_scaling``), or an unambiguous start of one (``platt``).
+    """
     classes = calibrator_classes()
-    matches = [
-        cls for key, cls in classes.items() if _normalise(key) == _normalise(name)
-    ]
-    if not matches:
+    wanted = _normalise(name)
+    exact = [cls for key, cls in classes.items() if _normalise(key) == wanted]
+    if exact:
+        return exact[0]
+    prefixed = [key for key in classes if wanted and _normalise(key).startswith(wanted)]
+    if len(prefixed) == 1:
+        return classes[prefixed[0]]
+    if prefixed:
         raise CommandError(
-            f"unknown method {name!r}; choose from {', '.join(sorted(classes))} "
-            "(any case; snake_case works too)"
+            f"method {name!r} is ambiguous: {', '.join(sorted(prefixed))}"
         )
-    return matches[0]
+    raise CommandError(
+        f"unknown method {name!r}; choose from {', '.join(sorted(classes))} "
+        "(any case; snake_case or the start of a name works too)"
+    )
 
 
 def make_calibrator(cls, *, device=None, seed=None, params=None):
@@ -733,9 +743,12 @@ def _best(rows, key):
 
 
 def _header_lines(report):
+    if report["n_samples_test"]:
+        sizes = f"{report['n_samples_val']} val / {report['n_samples_test']} test"
+    else:
+        sizes = f"{report['n_samples_val']}"
     return [
-        f"data: {report['data']} ({report['n_classes']} classes; "
-        f"{report['n_samples_val']} val / {report['n_samples_test']} test samples)",
+        f"data: {report['data']} ({report['n_classes']} classes; {sizes} samples)",
         f"evaluation: {report['evaluation']}; {report['n_bins']} bins",
     ]
 

@@ -108,17 +108,22 @@ def test_subprocess_fit_apply_round_trip(tmp_path, logits_y):
     )
 
 
-def test_subprocess_errors_exit_2_with_one_line(tmp_path):
+def test_subprocess_error_exits_2_with_one_line(tmp_path):
     missing = run_cli("report", "nothing_here.npz", cwd=tmp_path)
     assert missing.returncode == 2
-    assert missing.stderr.strip() == (
-        "sklearn-calib report: error: nothing_here.npz: no such file"
+    assert missing.stderr == (
+        "sklearn-calib report: error: nothing_here.npz: no such file\n"
     )
-    usage = run_cli("report", "--format", "xml", cwd=tmp_path)
-    assert usage.returncode == 2
-    assert len(usage.stderr.strip().splitlines()) == 1
-    assert "invalid choice: 'xml'" in usage.stderr
-    assert "Traceback" not in missing.stderr + usage.stderr
+    assert missing.stdout == ""
+
+
+def test_usage_errors_exit_2_with_one_line(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["report", "--format", "xml"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "invalid choice: 'xml'" in err and "Traceback" not in err
 
 
 def test_subprocess_report_on_a_small_file_piped(tmp_path, npz_two_splits):
@@ -682,14 +687,32 @@ def test_unknown_method(capsys, npz_two_splits):
     assert line.startswith("sklearn-calib report: error:")
 
 
-def test_method_names_any_case_and_snake_case():
+def test_method_names_any_case_snake_case_or_prefix(monkeypatch):
     for name in (
         "TemperatureScaling",
         "temperaturescaling",
         "temperature_scaling",
         "Temperature-Scaling",
+        "temp",
     ):
         assert cli.resolve_method(name) is TemperatureScaling
+
+    class TemperatureSampling(TemperatureScaling):
+        pass
+
+    monkeypatch.setattr(
+        cli,
+        "calibrator_classes",
+        lambda: {
+            "TemperatureScaling": TemperatureScaling,
+            "TemperatureSampling": TemperatureSampling,
+        },
+    )
+    assert cli.resolve_method("temperaturescaling") is TemperatureScaling
+    with pytest.raises(
+        cli.CommandError, match="ambiguous: TemperatureSampling, TemperatureScaling"
+    ):
+        cli.resolve_method("temp")
 
 
 def test_labels_given_twice(capsys, tmp_path, logits_y):
