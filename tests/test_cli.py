@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -931,3 +932,25 @@ def test_report_fast_settings_are_applied_and_noted(
     assert note.startswith("fast settings {'max_iter': 1}")
     # One Newton step does not converge: the warning is reported, not raised.
     assert "ConvergenceWarning" in note
+
+
+@pytest.mark.parametrize("name", sorted(cli.calibrator_classes()))
+def test_apply_loads_every_calibrator(tmp_path, name):
+    """Each calibrator saved with skops loads under the trusted types of apply."""
+    skops_io = pytest.importorskip("skops.io")
+    from sklearn.utils import get_tags
+
+    from sklearn_calib.utils._testing import make_fast
+
+    calibrator = make_fast(cli.calibrator_classes()[name])
+    n_classes = 4 if get_tags(calibrator).classifier_tags.multi_class else 2
+    logits, y = make_logits(n_samples=1200, n_classes=n_classes, seed=5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # small-set warnings
+        calibrator.fit(logits, y)
+    skops_io.dump(calibrator, tmp_path / "c.skops")
+    loaded = cli.load_calibrator(tmp_path / "c.skops")
+    assert type(loaded) is type(calibrator)
+    np.testing.assert_array_equal(
+        loaded.predict_proba(logits), calibrator.predict_proba(logits)
+    )
