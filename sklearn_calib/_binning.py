@@ -54,7 +54,9 @@ def _apply_top_label(proba, new_confidence):
     n_classes = proba.shape[1]
     degenerate = rest <= 0
     if np.any(degenerate):
-        out[degenerate] = (1.0 - new_confidence[degenerate, None]) / max(n_classes - 1, 1)
+        out[degenerate] = (1.0 - new_confidence[degenerate, None]) / max(
+            n_classes - 1, 1
+        )
     out[rows, predicted] = new_confidence
     return out
 
@@ -144,7 +146,7 @@ class IsotonicCalibration(BaseCalibrator):
     array([1., 1.])
     >>> accuracy = (iso.predict(logits) == y).mean()
     >>> print(f"accuracy {(logits.argmax(1) == y).mean():.3f} -> {accuracy:.3f}")
-    accuracy 0.854 -> 0.858
+    accuracy 0.854 -> 0.861
     """
 
     _parameter_constraints: dict = {
@@ -162,7 +164,8 @@ class IsotonicCalibration(BaseCalibrator):
             problems = [(scores, targets)]
         else:
             problems = [
-                (proba[:, k], (y == k).astype(np.float64)) for k in range(proba.shape[1])
+                (proba[:, k], (y == k).astype(np.float64))
+                for k in range(proba.shape[1])
             ]
         self.X_thresholds_, self.y_thresholds_ = [], []
         for scores, targets in problems:
@@ -269,7 +272,7 @@ class HistogramBinning(BaseCalibrator):
     (3, 10)
     >>> accuracy = (hb.predict(logits) == y).mean()
     >>> print(f"accuracy {(logits.argmax(1) == y).mean():.3f} -> {accuracy:.3f}")
-    accuracy 0.854 -> 0.861
+    accuracy 0.854 -> 0.858
     """
 
     _parameter_constraints: dict = {
@@ -304,7 +307,8 @@ class HistogramBinning(BaseCalibrator):
             problems = [(scores, targets)]
         else:
             problems = [
-                (proba[:, k], (y == k).astype(np.float64)) for k in range(proba.shape[1])
+                (proba[:, k], (y == k).astype(np.float64))
+                for k in range(proba.shape[1])
             ]
         n_maps = len(problems)
         self.bin_edges_ = np.empty((n_maps, self.n_bins + 1))

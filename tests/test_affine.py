@@ -164,6 +164,23 @@ def test_float32_logits_reach_the_float64_solution():
         np.testing.assert_allclose(bias_32, from_64.intercept_, atol=2e-6)
 
 
+@pytest.mark.parametrize("preconditioner_classes", [256, 2])
+def test_lbfgs_preconditioners_reach_the_newton_solution(
+    monkeypatch, preconditioner_classes
+):
+    # Newton on the exact Hessian against L-BFGS preconditioned by the class
+    # blocks (up to _BLOCK_CLASSES classes) or by their diagonals (beyond).
+    from sklearn_calib._torch import _affine
+
+    logits, y = make_logits(n_samples=600, n_classes=5, seed=11)
+    newton = MatrixScaling(device="cpu", tol=1e-10).fit(logits, y)
+    monkeypatch.setattr(_affine, "_NEWTON_PARAMS", 0)
+    monkeypatch.setattr(_affine, "_BLOCK_CLASSES", preconditioner_classes)
+    lbfgs = MatrixScaling(device="cpu", tol=1e-10).fit(logits, y)
+    np.testing.assert_allclose(lbfgs.coef_, newton.coef_, atol=1e-7)
+    np.testing.assert_allclose(lbfgs.intercept_, newton.intercept_, atol=1e-7)
+
+
 def test_vector_scaling_biases_sum_to_zero():
     logits, y = make_logits(n_samples=500, n_classes=5, seed=9)
     fitted = VectorScaling(device="cpu").fit(logits, y)

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 from scipy.special import softmax
+from sklearn.calibration import calibration_curve
 from sklearn.isotonic import IsotonicRegression
 
 from sklearn_calib import HistogramBinning, IsotonicCalibration
@@ -28,7 +29,9 @@ def test_isotonic_ovr_matches_sklearn_isotonic_regression():
     )
     expected = np.maximum(expected, 1e-12)
     expected /= expected.sum(axis=1, keepdims=True)
-    np.testing.assert_allclose(iso.predict_proba(X_new), expected, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        iso.predict_proba(X_new), expected, rtol=1e-10, atol=1e-12
+    )
 
 
 def test_isotonic_top_label_maps_confidence():
@@ -98,7 +101,11 @@ def test_histogram_quantile_bins_hold_equal_mass():
 
 def test_calibrated_logs_are_finite_with_empty_classes():
     X, y = make_logits(n_samples=300, n_classes=4, seed=1)
-    for model in (IsotonicCalibration(), HistogramBinning(), HistogramBinning(mode="top_label")):
+    for model in (
+        IsotonicCalibration(),
+        HistogramBinning(),
+        HistogramBinning(mode="top_label"),
+    ):
         model.fit(X, y)
         assert np.all(np.isfinite(model.transform(X * 100)))
 
@@ -113,3 +120,180 @@ def test_improves_ece_on_real_logits(model):
         data["y_test"], model.predict_proba(data["logits_test"].astype(np.float64))
     )
     assert calibrated < raw
+
+
+# --- more oracles: ties, clipping, empty rows and bins, top-label by hand ---
+
+
+def split_logits(n=4000, k=4, seed=0):
+    logits, y = make_logits(n_samples=n, n_classes=k, seed=seed)
+    half = n // 2
+    return logits[:half], y[:half], logits[half:], y[half:]
+
+
+def renormalise(calibrated, uncalibrated):
+    """The documented finish: clip to [0, 1], empty rows fall back, floor, normalise."""
+    calibrated = np.clip(calibrated, 0, 1)
+    empty = calibrated.sum(axis=1) == 0
+    calibrated[empty] = uncalibrated[empty]
+    calibrated = np.maximum(calibrated, 1e-12)
+    return calibrated / calibrated.sum(axis=1, keepdims=True)
+
+
+def sklearn_isotonic(scores, targets, weights=None):
+    return IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(
+        scores, targets, sample_weight=weights
+    )
+
+
+def test_isotonic_ties_pool_their_targets():
+    # Rounded logits give many calibration samples the same score: scikit-learn
+    # pools tied scores (weighted mean of their targets) before PAV.
+    X, y, X_test, _ = split_logits(seed=2)
+    X, X_test = np.round(X / 3) * 3, np.round(X_test / 3) * 3
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    assert len(np.unique(p[:, 0])) < len(p) / 4
+    fitted = IsotonicCalibration().fit(X, y)
+    for k in range(p.shape[1]):
+        reference = sklearn_isotonic(p[:, k], y == k)
+        np.testing.assert_allclose(fitted.X_thresholds_[k], reference.X_thresholds_)
+        np.testing.assert_allclose(fitted.y_thresholds_[k], reference.y_thresholds_)
+    expected = np.column_stack(
+        [sklearn_isotonic(p[:, k], y == k).predict(p_test[:, k]) for k in range(4)]
+    )
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+def test_isotonic_clips_scores_outside_the_calibration_range():
+    # Calibration scores span a middle range only; test scores beyond it take
+    # the value at the nearest end of the fitted map.
+    rng = np.random.default_rng(3)
+    s = rng.uniform(-1, 1, 500)
+    y = (rng.random(500) < 1 / (1 + np.exp(-2 * s))).astype(int)
+    fitted = IsotonicCalibration().fit(s[:, None], y)
+    ends = fitted.y_thresholds_[1][[0, -1]]
+    far = np.array([[-50.0], [50.0]])
+    np.testing.assert_allclose(fitted.predict_proba(far)[:, 1], ends, atol=1e-12)
+
+
+def test_isotonic_row_with_all_zero_maps_keeps_its_uncalibrated_probabilities():
+    # Every calibration label has probability 0.55 and every other class 0.45
+    # or less, so each one-vs-rest map is 0 up to 0.45: a uniform test row gets
+    # 0 from every map and falls back to its own softmax.
+    rows, labels = [], []
+    for k in range(3):
+        for j in range(3):
+            if j != k:
+                p = np.full(3, 1e-3)
+                p[k], p[j] = 0.55, 0.45 - 1e-3
+                rows.append(np.log(p))
+                labels.append(k)
+    fitted = IsotonicCalibration().fit(np.array(rows * 5), np.array(labels * 5))
+    uniform = np.zeros((1, 3))
+    assert (
+        max(
+            np.interp(1 / 3, x, v)
+            for x, v in zip(fitted.X_thresholds_, fitted.y_thresholds_, strict=True)
+        )
+        == 0
+    )
+    np.testing.assert_allclose(fitted.predict_proba(uniform), [[1 / 3] * 3])
+
+
+def test_isotonic_top_label_matches_a_hand_computation():
+    X, y, X_test, _ = split_logits(seed=4)
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    correct = p.argmax(axis=1) == y
+    iso = sklearn_isotonic(p.max(axis=1), correct)
+    top = p_test.argmax(axis=1)
+    old = p_test.max(axis=1)
+    new = iso.predict(old)
+    expected = p_test * ((1 - new) / (1 - old))[:, None]
+    expected[np.arange(len(top)), top] = new
+    fitted = IsotonicCalibration(mode="top_label").fit(X, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("n_bins", [5, 15])
+def test_histogram_uniform_bins_match_sklearn_calibration_curve(n_bins):
+    X, y, _, _ = split_logits(seed=5)
+    p = softmax(X, axis=1)
+    fitted = HistogramBinning(n_bins=n_bins).fit(X, y)
+    for k in range(p.shape[1]):
+        prob_true, _ = calibration_curve(y == k, p[:, k], n_bins=n_bins)
+        occupied = fitted.bin_counts_[k] > 0
+        np.testing.assert_allclose(fitted.bin_values_[k][occupied], prob_true)
+
+
+def test_histogram_matches_a_hand_loop_with_empty_bins_at_their_midpoints():
+    X, y, X_test, _ = split_logits(n=200, k=3, seed=6)
+    n_bins = 20
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    expected = np.empty_like(p_test)
+    empty_bins = 0
+    for k in range(3):
+        for b in range(n_bins):
+            lo, hi = b / n_bins, (b + 1) / n_bins
+            # bins are (lo, hi], with a score of exactly 0 in the first one
+            inside = (p[:, k] > lo) & (p[:, k] <= hi) | ((b == 0) & (p[:, k] == 0))
+            value = np.mean(y[inside] == k) if inside.any() else (lo + hi) / 2
+            empty_bins += not inside.any()
+            test_inside = (p_test[:, k] > lo) & (p_test[:, k] <= hi)
+            test_inside |= (b == 0) & (p_test[:, k] == 0)
+            expected[test_inside, k] = value
+    assert empty_bins > 0  # the case documented for empty bins is exercised
+    fitted = HistogramBinning(n_bins=n_bins).fit(X, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+def test_histogram_top_label_matches_a_hand_computation():
+    X, y, X_test, _ = split_logits(seed=8)
+    n_bins = 10
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    correct = p.argmax(axis=1) == y
+    conf, conf_test = p.max(axis=1), p_test.max(axis=1)
+    edges = np.linspace(0, 1, n_bins + 1)
+    index = np.clip(np.searchsorted(edges[1:-1], conf, side="left"), 0, n_bins - 1)
+    values = np.array(
+        [
+            correct[index == b].mean()
+            if np.any(index == b)
+            else edges[b : b + 2].mean()
+            for b in range(n_bins)
+        ]
+    )
+    test_index = np.searchsorted(edges[1:-1], conf_test, side="left")
+    new = values[test_index]
+    expected = p_test * ((1 - new) / (1 - conf_test))[:, None]
+    expected[np.arange(len(new)), p_test.argmax(axis=1)] = new
+    fitted = HistogramBinning(n_bins=n_bins, mode="top_label").fit(X, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "calibrator",
+    [
+        IsotonicCalibration(),
+        IsotonicCalibration(mode="top_label"),
+        HistogramBinning(),
+        HistogramBinning(strategy="quantile", mode="top_label"),
+    ],
+    ids=["isotonic", "isotonic_top", "histogram", "histogram_quantile_top"],
+)
+def test_extreme_logits_give_finite_log_probabilities(calibrator):
+    X, y, _, _ = split_logits(seed=9)
+    calibrator.fit(X, y)
+    extreme = np.array([[1e4, -1e4, 0.0, 5.0], [-1e4, -1e4, -1e4, 1e4], [0, 0, 0, 0]])
+    log_proba = calibrator.transform(extreme)
+    assert np.all(np.isfinite(log_proba))
+    proba = calibrator.predict_proba(extreme)
+    assert not np.any(np.isnan(proba))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)

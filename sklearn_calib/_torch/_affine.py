@@ -63,8 +63,11 @@ _NEWTON_PARAMS = 128
 # no calibration samples and vanishing probability has (almost) no curvature.
 _CURVATURE_FLOOR = 1e-9
 _HISTORY = 10
-# Rows used for the Hessian blocks that precondition L-BFGS on the matrix map.
+# Rows used for the Hessian blocks that precondition L-BFGS on the matrix map,
+# and the number of classes up to which the blocks are affordable (they cost
+# rows * K * (K + 1)^2); beyond it, their diagonals.
 _PRECONDITIONER_ROWS = 1024
+_BLOCK_CLASSES = 256
 # Strong-Wolfe constants (sufficient decrease, curvature).
 _C1 = 1e-4
 _C2 = 0.9
@@ -267,13 +270,9 @@ class _Objective:
         hessian.diagonal().add_(self.rho.reshape(-1))
         return hessian
 
-    def class_blocks(self, theta):
-        """Hessian blocks sum_i w_i q_ik (1 - q_ik) x_i x_i^T of the matrix map.
-
-        They only precondition, so at most _PRECONDITIONER_ROWS evenly spaced
-        rows are used: the blocks cost rows * K * (K + 1)^2 multiply-adds.
-        """
-        n_rows, k = self.features.shape
+    def _preconditioner_rows(self, theta):
+        """float64 features, weights and q (1 - q) on evenly spaced rows."""
+        n_rows = self.features.shape[0]
         rows = torch.linspace(
             0, n_rows - 1, min(n_rows, _PRECONDITIONER_ROWS), device=theta.device
         )
@@ -282,8 +281,23 @@ class _Objective:
         q = torch.softmax(self._affine(theta, x), dim=1)
         w = self.weights64[rows]
         w = w / w.sum().clamp(min=1e-300)
-        root_c = (q * (1 - q) * w[:, None]).sqrt().T  # (K, m)
         xa = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
+        return xa, q * (1 - q) * w[:, None]
+
+    def class_diagonals(self, theta):
+        """Diagonals sum_i w_i q_ik (1 - q_ik) x_ij^2 of the matrix map's blocks."""
+        xa, c = self._preconditioner_rows(theta)
+        return c.T @ (xa * xa)
+
+    def class_blocks(self, theta):
+        """Hessian blocks sum_i w_i q_ik (1 - q_ik) x_i x_i^T of the matrix map.
+
+        They only precondition, so at most _PRECONDITIONER_ROWS evenly spaced
+        rows are used: the blocks cost rows * K * (K + 1)^2 multiply-adds.
+        """
+        k = self.n_classes
+        xa, c = self._preconditioner_rows(theta)
+        root_c = c.sqrt().T  # (K, m)
         blocks = torch.empty(
             (k, k + 1, k + 1), dtype=torch.float64, device=theta.device
         )
@@ -293,6 +307,18 @@ class _Objective:
             scaled = root_c[start : start + group, :, None] * xa
             blocks[start : start + group] = scaled.transpose(1, 2) @ scaled
         return blocks
+
+
+class _DiagonalPreconditioner:
+    """Inverse of the Hessian diagonal (matrix map with many classes)."""
+
+    def __init__(self, diagonal, rho):
+        diagonal = diagonal + rho
+        floor = _CURVATURE_FLOOR * float(diagonal.max().clamp(min=1e-300))
+        self.inverse = 1.0 / diagonal.clamp(min=floor)
+
+    def __call__(self, g):
+        return g * self.inverse
 
 
 class _VectorPreconditioner:
@@ -490,9 +516,13 @@ def fit_affine(
     if not newton:
         if kind == "vector":
             precondition = _VectorPreconditioner(curv)
-        else:
+        elif objective.n_classes <= _BLOCK_CLASSES:
             precondition = _BlockPreconditioner(
                 objective.class_blocks(theta), objective.rho
+            )
+        else:
+            precondition = _DiagonalPreconditioner(
+                objective.class_diagonals(theta), objective.rho
             )
 
     history = []
