@@ -20,6 +20,7 @@ BENCHMARKS = [
     "bench_scaling",
     "bench_smart",
     "bench_metrics",
+    "bench_classifier",
     "bench_quality",
 ]
 
