@@ -565,8 +565,14 @@ def _evaluate(estimator, splits, y_codes, args, metric_functions):
 
 def _run_method(name, cls, splits, y_codes, args, metric_functions):
     """One row of the report: scores and notes, or the reason it failed."""
+    from sklearn.utils import get_tags
+
     params = REPORT_PARAMS.get(name)
     estimator = make_calibrator(cls, device=args.device, seed=args.seed, params=params)
+    empty = dict.fromkeys(key for key, _, _ in COLUMNS)
+    n_columns = max(2, splits["val"].logits.shape[1])
+    if n_columns > 2 and not get_tags(estimator).classifier_tags.multi_class:
+        return {"method": name, **empty, "note": "skipped: binary problems only"}, None
     notes = [f"fast settings {params}"] if params else []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -575,9 +581,8 @@ def _run_method(name, cls, splits, y_codes, args, metric_functions):
                 estimator, splits, y_codes, args, metric_functions
             )
         except (ValueError, TypeError) as exc:
-            # A method that cannot handle these data (a binary-only method on
-            # 100 classes, ...) gets a row saying why; the others still run.
-            empty = dict.fromkeys(key for key, _, _ in COLUMNS)
+            # A method that cannot handle these data gets a row saying why;
+            # the others still run.
             return {
                 "method": name,
                 **empty,

@@ -954,3 +954,15 @@ def test_apply_loads_every_calibrator(tmp_path, name):
     np.testing.assert_array_equal(
         loaded.predict_proba(logits), calibrator.predict_proba(logits)
     )
+
+
+def test_binary_only_methods_are_skipped_on_multiclass_data(
+    capsys, npz_two_splits, tmp_path
+):
+    report = report_json(capsys, npz_two_splits, "--methods", "PlattScaling")
+    platt = report["results"][1]
+    assert platt["note"] == "skipped: binary problems only" and platt["ece"] is None
+    logits, y = make_logits(n_samples=400, n_classes=2, seed=2)
+    np.savez(tmp_path / "b.npz", logits=logits[:, 1] - logits[:, 0], y=y)
+    report = report_json(capsys, tmp_path / "b.npz", "--methods", "PlattScaling")
+    assert report["n_classes"] == 2 and report["results"][1]["ece"] is not None
