@@ -43,7 +43,7 @@ SPLIT_KEYS = {"val": ("logits_val", "y_val"), "test": ("logits_test", "y_test")}
 # slow to run on the bundled data well within a minute on two CPU cores; the
 # table and the HTML page say when a method ran with them. None is needed at
 # present: with their defaults, every method fits the bundled CIFAR-100 set
-# in at most about 10 s on two cores.
+# in a few seconds on two cores (the whole report takes about 10 s).
 REPORT_PARAMS: dict[str, dict] = {}
 
 
