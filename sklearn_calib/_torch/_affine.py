@@ -353,18 +353,19 @@ class _BlockPreconditioner:
         eye = torch.eye(p, dtype=blocks.dtype, device=blocks.device)
         factor = torch.linalg.cholesky(blocks + _CURVATURE_FLOOR * scale * eye)
         # Applying the explicit inverse is one batched matrix product, far
-        # cheaper than triangular solves; it reads K (K+1)^2 numbers, so it is
-        # kept in float32 (a preconditioner needs no more) and applied to all
-        # the vectors at once.
-        self.inverse = torch.cholesky_inverse(factor).to(torch.float32)
+        # cheaper than triangular solves, applied to all the vectors at once.
+        # It stays in float64: unregularised blocks can have condition numbers
+        # near 1 / _CURVATURE_FLOOR, and a float32 inverse of those is no
+        # longer positive definite (P g would not be a descent direction).
+        self.inverse = torch.cholesky_inverse(factor)
 
     def __call__(self, g):
         """P g for g of shape (K, P) or (m, K, P)."""
         # Rows times the symmetric inverse (g^T P rather than P g): the batched
         # product then streams P row-major, several times faster.
-        rows = g.reshape(-1, *g.shape[-2:]).transpose(0, 1).to(torch.float32)
-        out = torch.bmm(rows.contiguous(), self.inverse).transpose(0, 1)
-        return out.to(g.dtype).reshape(g.shape)
+        rows = g.reshape(-1, *g.shape[-2:]).transpose(0, 1).contiguous()
+        out = torch.bmm(rows, self.inverse).transpose(0, 1)
+        return out.reshape(g.shape)
 
 
 def _newton_direction(hessian, grad):
@@ -551,14 +552,18 @@ def fit_affine(
             break
         n_iter += 1
         if newton:
-            direction = _newton_direction(objective.hessian(theta), grad)
+            direction = objective.project(
+                _newton_direction(objective.hessian(theta), grad)
+            )
         else:
-            direction = _lbfgs_direction(grad, history, precondition)
+            direction = objective.project(_lbfgs_direction(grad, history, precondition))
             if float(torch.sum(grad * direction)) >= 0:
-                # Not a descent direction (rounding in the memory): restart.
+                # Not a descent direction (rounding in the memory): restart
+                # from the preconditioned gradient, or the gradient itself.
                 history.clear()
-                direction = -precondition(grad)
-        direction = objective.project(direction)
+                direction = objective.project(-precondition(grad))
+                if float(torch.sum(grad * direction)) >= 0:
+                    direction = objective.project(-grad)
         result = _line_search(
             objective, theta, loss, grad, direction, objective.loss_noise * abs(loss)
         )
