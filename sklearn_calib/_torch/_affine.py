@@ -26,20 +26,23 @@ float32 features get the speed of float32 until the gradient reaches float32's
 rounding floor; the last iterations then run on row blocks converted to float64,
 so the result is as exact as a float64 solve, without a float64 copy of the data.
 
-Solvers, both started from the exact temperature solution (W = I / T, b = 0):
+Solvers, both started from the exact temperature solution (W = I / T, b = 0)
+and both ending on the largest absolute gradient entry <= tol:
 
-  Newton     when the exact Hessian is cheap (few parameters: binary problems,
-             vector scaling up to a few hundred classes, matrix scaling up to
-             about 20 classes). Quadratic convergence in a handful of passes.
+  Newton     when the exact Hessian is cheap (at most _NEWTON_PARAMS parameters:
+             binary problems, vector scaling up to 64 classes, matrix scaling
+             up to 10). Quadratic convergence in a handful of passes, in float64.
   L-BFGS     otherwise, with a strong-Wolfe line search, preconditioned by the
-             exact Hessian block of each class at the start (2 x 2 for the
-             vector map, (K+1) x (K+1) for the matrix map), so that the first
-             step is close to a Newton step and step 1 is usually accepted.
+             Hessian block of each class at the start (2 x 2 for the vector map,
+             (K+1) x (K+1) for the matrix map on a subsample of rows, their
+             diagonals beyond _BLOCK_CLASSES classes), so that the first step
+             is close to a Newton step and step 1 is usually accepted.
 
 Unregularised, softmax(W z + b) is unchanged by adding a constant to every entry
-of b, or the same row vector to every row of W; the gradient is orthogonal to
-those directions, so iterates started at (I / T, 0) keep the component they
-start with, and the fitted map is the optimum nearest to that start.
+of b, or the same row vector to every row of W. The exact gradient is orthogonal
+to those directions and every step is projected off them, so iterates started
+at (I / T, 0) keep the component they start with: the fitted map is the optimum
+nearest to that start (the biases of vector scaling sum to zero).
 """
 
 import math
