@@ -124,7 +124,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"Newton iterations (gradient {result.gradient:.3e}); increase "
                 "max_iter.",
                 ConvergenceWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         elif result.status == "at_upper_beta":
             warnings.warn(
@@ -133,7 +133,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"{self.temperature_:.4g}; use a calibration set with errors for a "
                 "meaningful temperature.",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         elif result.status == "at_lower_beta":
             warnings.warn(
@@ -141,14 +141,14 @@ class TemperatureScaling(BaseCalibrator):
                 "ranking information about y. T was clamped to its upper bound "
                 f"{self.temperature_:.4g}.",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
         elif result.status == "constant":
             warnings.warn(
                 "The logits are constant across classes in every row; the "
                 "temperature has no effect and was left at T = 1.",
                 UserWarning,
-                stacklevel=3,
+                stacklevel=4,
             )
 
     def _calibrated_logits(self, logits):

@@ -1,6 +1,12 @@
 import os
 from pathlib import Path
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # Under pytest-xdist every worker is one process per core: torch's and
+    # BLAS's own thread pools would then fight over the same cores.
+    for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(variable, "1")
+
 import numpy as np
 import pytest
 
