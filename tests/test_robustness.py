@@ -219,7 +219,9 @@ def test_predict_proba_memory_is_bounded(calibrator):
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
-    assert peak <= 3 * proba.nbytes
+    # ~3x the output, plus a few fixed-size row blocks of temporaries
+    # (which dominate only when the output itself is small, as for K = 2).
+    assert peak <= 3 * proba.nbytes + 8 * 2**20
 
 
 # --- determinism ---
