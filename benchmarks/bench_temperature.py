@@ -89,7 +89,8 @@ def fit_sklearn(X, y, repeat):
             return self
 
         def decision_function(self, X):
-            return X
+            # a binary problem takes one score; scikit-learn reads it as (-s, s)
+            return X if X.shape[1] > 2 else X[:, 1] - X[:, 0]
 
         def predict(self, X):
             return self.classes_[np.argmax(X, axis=1)]
@@ -100,7 +101,8 @@ def fit_sklearn(X, y, repeat):
         repeat=repeat,
     )
     beta = float(model.calibrated_classifiers_[0].calibrators[0].beta_)
-    return seconds, beta, {}
+    # (-s, s) is (0, 2 s) shifted: the beta of our logits is twice scikit-learn's
+    return seconds, beta * (2.0 if X.shape[1] == 2 else 1.0), {}
 
 
 def fit_probmetrics(X, y, repeat):
@@ -195,6 +197,13 @@ def run_case(label, X, y, *, repeat, skip_slow_peers):
             seconds, beta, extra = fit(X, y, repeat if name == "sklearn-calib" else 1)
         except ImportError as exc:
             rows.append({"case": label, "method": name, "status": f"missing ({exc.name})"})
+            continue
+        except Exception as exc:  # a peer failing on a case is a result too
+            rows.append({"case": label, "method": name,
+                         "status": f"failed ({type(exc).__name__})"})
+            continue
+        if not (np.isfinite(beta) and beta > 0):
+            rows.append({"case": label, "method": name, "status": "failed (T not finite)"})
             continue
         rows.append(
             {

@@ -32,11 +32,13 @@ def main(argv=None):
     parser.add_argument("--docs", default=str(HERE.parent / "docs" / "benchmarks.md"),
                         help="markdown page to (re)write; '' to skip")
     parser.add_argument("--only", default="", help="comma-separated subset of benchmarks")
+    parser.add_argument("--collect", action="store_true",
+                        help="only rebuild the docs page from the results already written")
     args = parser.parse_args(argv)
 
     chosen = [b for b in BENCHMARKS if not args.only or b in args.only.split(",")]
     timings = {}
-    for name in chosen:
+    for name in [] if args.collect else chosen:
         module = importlib.import_module(name)
         start = time.perf_counter()
         print(f"== {name}", flush=True)
@@ -58,8 +60,9 @@ def main(argv=None):
                 # demote the benchmark's own headings by one level
                 parts.append("\n".join("#" + l if l.startswith("#") else l
                                        for l in text.splitlines()))
-        parts.append("\nRun times of this regeneration: " + ", ".join(
-            f"{n} {t:.0f} s" for n, t in timings.items()) + ".\n")
+        if timings:
+            parts.append("\nRun times of this regeneration: " + ", ".join(
+                f"{n} {t:.0f} s" for n, t in timings.items()) + ".\n")
         Path(args.docs).write_text("\n".join(parts))
         print(f"wrote {args.docs}")
 
