@@ -40,6 +40,14 @@ def _top_label_targets(proba, y):
     return predicted, confidence, (predicted == y).astype(np.float64)
 
 
+def _binary_problems(proba, y, mode):
+    """(scores, 0/1 targets) of each binary map: one per class, or the top label."""
+    if mode == "top_label":
+        _, scores, targets = _top_label_targets(proba, y)
+        return [(scores, targets)]
+    return [(proba[:, k], (y == k).astype(np.float64)) for k in range(proba.shape[1])]
+
+
 def _apply_top_label(proba, new_confidence):
     """Set the predicted class to ``new_confidence`` and rescale the others."""
     rows = np.arange(proba.shape[0])
@@ -158,15 +166,7 @@ class IsotonicCalibration(BaseCalibrator):
         self.mode = mode
 
     def _fit(self, logits, y, sample_weight):
-        proba = _probabilities(logits)
-        if self.mode == "top_label":
-            _, scores, targets = _top_label_targets(proba, y)
-            problems = [(scores, targets)]
-        else:
-            problems = [
-                (proba[:, k], (y == k).astype(np.float64))
-                for k in range(proba.shape[1])
-            ]
+        problems = _binary_problems(_probabilities(logits), y, self.mode)
         self.X_thresholds_, self.y_thresholds_ = [], []
         for scores, targets in problems:
             iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
@@ -301,15 +301,7 @@ class HistogramBinning(BaseCalibrator):
         return np.searchsorted(inner, scores, side="left")
 
     def _fit(self, logits, y, sample_weight):
-        proba = _probabilities(logits)
-        if self.mode == "top_label":
-            _, scores, targets = _top_label_targets(proba, y)
-            problems = [(scores, targets)]
-        else:
-            problems = [
-                (proba[:, k], (y == k).astype(np.float64))
-                for k in range(proba.shape[1])
-            ]
+        problems = _binary_problems(_probabilities(logits), y, self.mode)
         n_maps = len(problems)
         self.bin_edges_ = np.empty((n_maps, self.n_bins + 1))
         self.bin_values_ = np.empty((n_maps, self.n_bins))
