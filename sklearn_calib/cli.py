@@ -470,27 +470,10 @@ COLUMNS = (
 LOWER_IS_BETTER = {"ece", "adaptive_ece", "classwise_ece", "nll", "brier"}
 
 
-def _metric_functions(n_bins):
-    from sklearn.metrics import accuracy_score
+def _score(y, proba, n_bins):
+    from .metrics import calibration_report
 
-    from . import metrics
-
-    return {
-        "ece": lambda y, p: metrics.expected_calibration_error(y, p, n_bins=n_bins),
-        "adaptive_ece": lambda y, p: metrics.adaptive_calibration_error(
-            y, p, n_bins=n_bins
-        ),
-        "classwise_ece": lambda y, p: metrics.classwise_calibration_error(
-            y, p, n_bins=n_bins
-        ),
-        "nll": metrics.log_loss,
-        "brier": metrics.brier_score,
-        "accuracy": lambda y, p: accuracy_score(y, p.argmax(axis=1)),
-    }
-
-
-def _score(metric_functions, y, proba):
-    return {key: float(f(y, proba)) for key, f in metric_functions.items()}
+    return calibration_report(y, proba, n_bins=n_bins, as_frame=False)["model"]
 
 
 def _first_line(message):
@@ -532,7 +515,7 @@ def _fold_iterator(y, n_splits, seed):
     return KFold(n_splits, shuffle=True, random_state=seed).split(y)
 
 
-def _evaluate(estimator, splits, y_codes, args, metric_functions):
+def _evaluate(estimator, splits, y_codes, args):
     """Fit and score one calibrator; returns (scores, test probabilities)."""
     val = splits["val"]
     started = time.perf_counter()
@@ -558,12 +541,12 @@ def _evaluate(estimator, splits, y_codes, args, metric_functions):
                 )
             proba[held_out] = fold_proba
         y_eval = y_codes["val"]
-    scores = _score(metric_functions, y_eval, proba)
+    scores = _score(y_eval, proba, args.n_bins)
     scores["fit_time_s"] = fit_time
     return scores, proba
 
 
-def _run_method(name, cls, splits, y_codes, args, metric_functions):
+def _run_method(name, cls, splits, y_codes, args):
     """One row of the report: scores and notes, or the reason it failed."""
     from sklearn.utils import get_tags
 
@@ -577,9 +560,7 @@ def _run_method(name, cls, splits, y_codes, args, metric_functions):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            scores, proba = _evaluate(
-                estimator, splits, y_codes, args, metric_functions
-            )
+            scores, proba = _evaluate(estimator, splits, y_codes, args)
         except (ValueError, TypeError) as exc:
             # A method that cannot handle these data gets a row saying why;
             # the others still run.
@@ -672,7 +653,6 @@ def run_report(args, out=None):
     methods = _select_methods(args.methods)
     splits, source, description = _report_data(args)
     classes, y_codes = _encode_labels(splits)
-    metric_functions = _metric_functions(args.n_bins)
     if "test" in splits:
         evaluation = "fit on val, scored on test"
         y_eval, logits_eval = y_codes["test"], splits["test"].logits
@@ -684,7 +664,7 @@ def run_report(args, out=None):
     rows = [
         {
             "method": "Uncalibrated",
-            **_score(metric_functions, y_eval, raw),
+            **_score(y_eval, raw, args.n_bins),
             "fit_time_s": None,
             "note": "",
         }
@@ -698,7 +678,7 @@ def run_report(args, out=None):
     try:
         for done, (name, cls) in enumerate(methods):
             progress.update(done, name)
-            row, proba = _run_method(name, cls, splits, y_codes, args, metric_functions)
+            row, proba = _run_method(name, cls, splits, y_codes, args)
             rows.append(row)
             if proba is not None:
                 probabilities[name] = proba

@@ -118,6 +118,55 @@ def test_subprocess_error_exits_2_with_one_line(tmp_path):
     assert missing.stdout == ""
 
 
+@pytest.mark.parametrize(
+    "case, message",
+    [
+        ("wrong_keys", "keys.npz: no logits found"),
+        ("mismatched_lengths", "300 rows of logits but 299 labels"),
+        ("nan", "logits contain NaN"),
+        ("object_array", "object array"),
+    ],
+)
+def test_subprocess_bad_files_exit_2_with_one_line(tmp_path, logits_y, case, message):
+    """The documented error cases, as the shell sees them: status 2, one line."""
+    logits, y = logits_y
+    if case == "wrong_keys":
+        np.savez(tmp_path / "keys.npz", scores=logits, targets=y)
+        args = ["report", "keys.npz"]
+    elif case == "mismatched_lengths":
+        np.savez(tmp_path / "short.npz", logits_val=logits, y_val=y[:-1])
+        args = ["report", "short.npz"]
+    elif case == "nan":
+        bad = logits.copy()
+        bad[5, 1] = np.nan
+        np.save(tmp_path / "nan.npy", bad)
+        np.save(tmp_path / "y.npy", y)
+        args = [
+            "fit",
+            "--method",
+            "temperature",
+            "--logits",
+            "nan.npy",
+            "--labels",
+            "y.npy",
+            "-o",
+            "c.skops",
+        ]
+    else:
+        np.save(
+            tmp_path / "o.npy", np.array([[1.0, None]], dtype=object), allow_pickle=True
+        )
+        args = ["report", "o.npy"]
+    result = run_cli(*args, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(f"sklearn-calib {args[0]}: error:")
+    assert message in lines[0]
+    assert not (tmp_path / "c.skops").exists()
+
+
 def test_usage_errors_exit_2_with_one_line(capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["report", "--format", "xml"])

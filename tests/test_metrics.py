@@ -12,6 +12,7 @@ from sklearn_calib.metrics import (
     brier_score,
     brier_score_decomposition,
     calibration_curve,
+    calibration_report,
     classwise_calibration_error,
     expected_calibration_error,
     log_loss,
@@ -21,6 +22,7 @@ from sklearn_calib.metrics import (
 )
 from sklearn_calib.metrics._bootstrap import counts_of, resample_indices
 from sklearn_calib.metrics._calibration import top_label
+from sklearn_calib.metrics._report import REPORT_METRICS
 from sklearn_calib.utils.discovery import all_metrics
 
 
@@ -682,3 +684,101 @@ def test_bootstrap_rejects_bad_parameters():
         )
     with pytest.raises(ValueError, match="n_bins"):
         bootstrap_interval(expected_calibration_error, [0, 1], [0.2, 0.7], n_bins=0)
+
+
+# --- calibration_report --------------------------------------------------------------
+
+
+def test_calibration_report_hand_computed():
+    y = [0, 1, 1, 0]
+    sharp = np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4], [0.7, 0.3]])
+    flat = np.full((4, 2), 0.5)
+    report = calibration_report(
+        y, {"sharp": sharp, "flat": flat}, metrics=["ece", "accuracy"], n_bins=5
+    )
+    assert list(report.index) == ["sharp", "flat"]
+    assert list(report.columns) == ["ece", "accuracy"]
+    # sharp: bins (0.4, 0.6] {0.6 wrong}, (0.6, 0.8] {0.7, 0.8 right}, (0.8, 1] {0.9 right}
+    expected_ece = 0.25 * 0.6 + 0.5 * (1 - 0.75) + 0.25 * (1 - 0.9)
+    assert report.loc["sharp", "ece"] == pytest.approx(expected_ece, abs=1e-12)
+    assert report.loc["sharp", "accuracy"] == 0.75
+    assert report.loc["flat", "ece"] == pytest.approx(0.0, abs=1e-12)
+    # argmax of a tie is the first column: class 0, right for two of four
+    assert report.loc["flat", "accuracy"] == 0.5
+
+
+def test_calibration_report_against_references():
+    from sklearn.metrics import accuracy_score
+
+    proba, y = make_probabilities(n_samples=400, n_classes=4, seed=3)
+    labels = np.array(["ant", "bee", "cat", "dog"])
+    y_str = labels[y]
+    weights = np.random.default_rng(0).uniform(0.1, 2.0, size=y.shape[0])
+    report = calibration_report(
+        y_str,
+        proba,
+        metrics=list(REPORT_METRICS),
+        n_bins=10,
+        sample_weight=weights,
+        labels=labels,
+    )
+    row = report.loc["model"]
+    assert row["nll"] == pytest.approx(
+        sklearn_log_loss(y, proba, sample_weight=weights, labels=range(4)), rel=1e-10
+    )
+    one_hot = np.eye(4)[y]
+    brier = np.average(((proba - one_hot) ** 2).sum(axis=1), weights=weights)
+    assert row["brier"] == pytest.approx(brier, rel=1e-10)
+    assert row["accuracy"] == pytest.approx(
+        accuracy_score(y, proba.argmax(axis=1), sample_weight=weights), rel=1e-12
+    )
+    assert row["ece"] == pytest.approx(
+        reference_metric(y, proba, n_bins=10, weights=weights), rel=1e-10
+    )
+    assert row["classwise_ece"] == pytest.approx(
+        reference_metric(y, proba, n_bins=10, weights=weights, classwise=True),
+        rel=1e-10,
+    )
+    for name, (metric, binned) in REPORT_METRICS.items():
+        options = {"n_bins": 10} if binned else {}
+        direct = metric(y_str, proba, sample_weight=weights, labels=labels, **options)
+        assert row[name] == pytest.approx(direct, rel=1e-12, abs=1e-15), name
+
+
+def test_calibration_report_covers_every_metric():
+    in_report = {metric for metric, _ in REPORT_METRICS.values()}
+    missing = [name for name, f in all_metrics() if f not in in_report]
+    assert not missing, f"metrics without a calibration_report column: {missing}"
+
+
+def test_calibration_report_dict_and_defaults():
+    proba, y = make_probabilities(n_samples=200, n_classes=3, seed=1)
+    report = calibration_report(y, {"a": proba, "b": proba[:, ::-1]}, as_frame=False)
+    assert list(report) == ["a", "b"]
+    assert list(report["a"]) == [
+        "ece",
+        "adaptive_ece",
+        "classwise_ece",
+        "nll",
+        "brier",
+        "accuracy",
+    ]
+    assert all(isinstance(v, float) for v in report["a"].values())
+    assert report["a"]["ece"] == expected_calibration_error(y, proba)
+    assert report["a"]["nll"] < report["b"]["nll"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"metrics": ["ece", "f1"]}, "Unknown metric 'f1'"),
+        ({"metrics": []}, "metrics is empty"),
+        ({"n_bins": 0}, "n_bins must be a positive integer"),
+        ({"y_prob": {}}, "empty mapping"),
+        ({"y_prob": {"bad": np.full((4, 2), np.nan)}}, "y_prob\\['bad'\\]"),
+    ],
+)
+def test_calibration_report_errors(kwargs, message):
+    arguments = {"y_true": [0, 1, 1, 0], "y_prob": np.full((4, 2), 0.5), **kwargs}
+    with pytest.raises(ValueError, match=message):
+        calibration_report(**arguments)

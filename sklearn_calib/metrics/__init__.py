@@ -22,6 +22,7 @@ from ._proper import (
     brier_score_decomposition,
     log_loss,
 )
+from ._report import calibration_report
 from ._scorer import (
     get_scorer,
     get_scorer_names,
@@ -45,6 +46,7 @@ __all__ = [
     "brier_score",
     "brier_score_decomposition",
     "calibration_curve",
+    "calibration_report",
     "classwise_calibration_error",
     "expected_calibration_error",
     "get_scorer",
