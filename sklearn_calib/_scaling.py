@@ -171,6 +171,14 @@ class TemperatureScaling(BaseCalibrator):
 # --- vector, matrix and Dirichlet scaling, Platt scaling ----------------------
 
 
+# Largest affine map fitted: 2**24 parameters is a full K x K matrix up to
+# K = 4095. The L-BFGS solver keeps about 25 float64 vectors of that size
+# (history pairs, gradients, line-search points) and each iteration costs
+# n_samples * K^2 multiply-adds: ~3.4 GB at K = 4095, ~19 GB at K = 10,000.
+_MAX_AFFINE_PARAMETERS = 2**24
+_SOLVER_COPIES = 25
+
+
 class _AffineCalibrator(BaseCalibrator):
     """Shared fitting of the affine maps softmax(A x + b) by the torch solver."""
 
@@ -184,6 +192,19 @@ class _AffineCalibrator(BaseCalibrator):
     def _solve(self, features, y, sample_weight, kind, reg_lambda=0.0, reg_mu=0.0):
         """Minimise the penalised NLL; store n_iter_ and return the solution."""
         from ._torch._affine import fit_affine
+
+        if kind == "matrix":
+            n_parameters = features.shape[1] * (features.shape[1] + 1)
+            if n_parameters > _MAX_AFFINE_PARAMETERS:
+                gib = _SOLVER_COPIES * 8 * n_parameters / 2**30
+                raise ValueError(
+                    f"{type(self).__name__} with {features.shape[1]:,} classes has "
+                    f"{n_parameters:,} parameters (a full K x K matrix and K "
+                    f"biases); the solver would need about {gib:.0f} GiB. The "
+                    f"limit is {_MAX_AFFINE_PARAMETERS:,} parameters "
+                    "(K <= 4095). Use VectorScaling or TemperatureScaling for "
+                    "this many classes."
+                )
 
         result = fit_affine(
             *_torch_inputs(features, y, sample_weight, self.device),
@@ -417,6 +438,11 @@ class MatrixScaling(_AffineCalibrator):
     optimum may not exist (the NLL can decrease for ever when the logits
     separate the classes); the solver then stops on the gradient tolerance.
 
+    The ``K (K + 1)`` parameters limit the number of classes: above 4095
+    (``2**24`` parameters) :meth:`fit` raises a ``ValueError`` rather than
+    start a solve that needs gigabytes per copy of the parameters; vector
+    and temperature scaling scale linearly in ``K``.
+
     The ``"auto"`` penalties were chosen on the bundled real logits (CIFAR-10
     and CIFAR-100 networks, 5000 calibration samples): with them, matrix
     scaling improves the test NLL of every CIFAR-100 model over the raw
@@ -583,7 +609,8 @@ class DirichletCalibration(MatrixScaling):
     -----
     ``X`` holds logits, as for every calibrator of this library. To calibrate
     probabilities ``p``, pass ``np.log(p)`` (zeros clipped): the
-    log-probabilities are then ``log p`` itself.
+    log-probabilities are then ``log p`` itself. As for
+    :class:`MatrixScaling`, more than 4095 classes are refused.
 
     References
     ----------
