@@ -209,7 +209,8 @@ def evaluate_set(name, *, quick):
         try:
             seconds, proba = fit_ours(factory, data)
         except ValueError as exc:  # e.g. Platt scaling on a multiclass set
-            rows.append({"method": method, "status": f"n/a ({str(exc)[:60]})"})
+            reason = str(exc).split(".")[0]  # the first sentence says why
+            rows.append({"method": method, "status": f"n/a ({reason})"})
             continue
         rows.append({"method": method, "status": "ok", "fit_seconds": seconds,
                      **score(y_test, proba)})
@@ -218,7 +219,9 @@ def evaluate_set(name, *, quick):
         try:
             seconds, proba = fit(data)
         except ImportError as exc:
-            rows.append({"method": method, "status": f"missing ({exc.name})"})
+            # A peer's own wrapper may raise without naming the module.
+            missing = exc.name or str(exc).split("'")[1 if "'" in str(exc) else 0]
+            rows.append({"method": method, "status": f"missing ({missing})"})
             continue
         except Exception as exc:  # a peer failing on a set is a result too
             rows.append({"method": method, "status": f"failed ({type(exc).__name__})"})

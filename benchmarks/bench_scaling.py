@@ -402,9 +402,12 @@ def main(argv=None):
         for n, k in QUICK_SIZES if args.quick else sizes:
             print(f"{kind} {n} x {k} ...", flush=True)
             cases.append(run_case(kind, n, k, repeat=3, reference=args.reference))
-    command = "python benchmarks/bench_scaling.py" + " ".join(
-        [""] + list(argv if argv is not None else sys.argv[1:])
-    )
+    # The output folder is where the results went, not how they were made.
+    options = list(argv if argv is not None else sys.argv[1:])
+    if "--out" in options:
+        at = options.index("--out")
+        del options[at : at + 2]
+    command = " ".join(["python benchmarks/bench_scaling.py", *options])
     payload = {"machine": info, "command": command, "cases": cases}
     write_results("bench_scaling", payload, to_markdown(cases, info, command), args.out)
 

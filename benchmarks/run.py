@@ -8,12 +8,20 @@ concatenates the markdown tables into ``docs/benchmarks.md``.
 
 import argparse
 import importlib
+import json
 import sys
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+# Page sections for the benchmarks whose markdown has no title of its own.
+TITLES = {
+    "bench_smart": "SMART benchmark",
+    "bench_metrics": "Metrics benchmark",
+    "bench_classifier": "Calibrating scikit-learn classifiers",
+}
 
 BENCHMARKS = [
     "bench_temperature",
@@ -37,13 +45,16 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     chosen = [b for b in BENCHMARKS if not args.only or b in args.only.split(",")]
-    timings = {}
+    # Run times survive a --collect: each benchmark's latest one is kept here.
+    times_path = Path(args.out) / "run_times.json"
+    timings = json.loads(times_path.read_text()) if times_path.is_file() else {}
     for name in [] if args.collect else chosen:
         module = importlib.import_module(name)
         start = time.perf_counter()
         print(f"== {name}", flush=True)
         module.main((["--quick"] if args.quick else []) + ["--out", args.out])
         timings[name] = time.perf_counter() - start
+        times_path.write_text(json.dumps(timings, indent=1) + "\n")
 
     if args.docs:
         parts = [
@@ -57,12 +68,16 @@ def main(argv=None):
             md = Path(args.out) / f"{name}.md"
             if md.is_file():
                 text = md.read_text()
+                if not text.startswith("# "):
+                    text = f"# {TITLES.get(name, name)}\n\n{text}"
                 # demote the benchmark's own headings by one level
                 parts.append("\n".join("#" + l if l.startswith("#") else l
                                        for l in text.splitlines()))
-        if timings:
-            parts.append("\nRun times of this regeneration: " + ", ".join(
-                f"{n} {t:.0f} s" for n, t in timings.items()) + ".\n")
+        shown = {n: timings[n] for n in chosen if n in timings}
+        if shown:
+            parts.append("\nLatest run time of each benchmark: " + ", ".join(
+                f"{n} {t:.0f} s" for n, t in shown.items())
+                + f" ({sum(shown.values()) / 60:.1f} min in all).\n")
         Path(args.docs).write_text("\n".join(parts))
         print(f"wrote {args.docs}")
 
