@@ -23,7 +23,7 @@ from scipy.special import softmax
 
 from sklearn_calib.cli import REPORT_PARAMS
 from sklearn_calib.datasets import load_logits
-from sklearn_calib.metrics import expected_calibration_error, log_loss
+from sklearn_calib.metrics import calibration_report
 from sklearn_calib.utils.discovery import all_calibrators
 
 data = load_logits("c100_densenetbc100_netcal")
@@ -43,12 +43,14 @@ for name, cls in all_calibrators():
 # %%
 # Compare on the test logits
 # --------------------------
-names = list(results)
-ece = [100 * expected_calibration_error(data.y_test, results[n]) for n in names]
-nll = [log_loss(data.y_test, results[n]) for n in names]
-accuracy = [100 * np.mean(results[n].argmax(axis=1) == data.y_test) for n in names]
-for n, e, loss, a in zip(names, ece, nll, accuracy, strict=True):
-    print(f"{n:>24}: ECE {e:5.2f}%  NLL {loss:.4f}  accuracy {a:.2f}%")
+# :func:`~sklearn_calib.metrics.calibration_report` scores every model with
+# the same metrics and bins, one row each, as a DataFrame.
+report = calibration_report(data.y_test, results)
+print(report.round(4).to_string())
+
+names = list(report.index)
+ece = 100 * report["ece"].to_numpy()
+nll = report["nll"].to_numpy()
 
 fig, (ax_ece, ax_nll) = plt.subplots(
     1, 2, figsize=(10, 0.5 * len(names) + 1.5), layout="constrained", sharey=True
