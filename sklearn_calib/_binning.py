@@ -324,6 +324,10 @@ class HistogramBinning(BaseCalibrator):
             _, confidence, _ = _top_label_targets(proba, np.zeros(proba.shape[0]))
             new = self.bin_values_[0][self._bin_index(0, confidence)]
             calibrated = _apply_top_label(proba, new)
+        elif self.strategy == "uniform":
+            # Every class shares the edges: one pass bins the whole block.
+            index = uniform_bin_index(proba, self.n_bins)
+            calibrated = self.bin_values_[np.arange(proba.shape[1]), index]
         else:
             calibrated = np.column_stack(
                 [
