@@ -30,6 +30,7 @@ BENCHMARKS = [
     "bench_metrics",
     "bench_classifier",
     "bench_quality",
+    "bench_memory",
 ]
 
 
