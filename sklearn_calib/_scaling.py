@@ -145,8 +145,9 @@ class TemperatureScaling(BaseCalibrator):
             )
         elif result.status == "constant":
             warnings.warn(
-                "The logits are constant across classes in every row; the "
-                "temperature has no effect and was left at T = 1.",
+                "The logits are constant across classes in every row (or "
+                "spread by less than 1e-289); the temperature has no effect "
+                "and was left at T = 1.",
                 UserWarning,
                 stacklevel=4,
             )

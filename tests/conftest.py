@@ -9,6 +9,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import numpy as np
 import pytest
+from hypothesis import settings
+
+# Property tests draw the same examples on every run, so a test run (and CI)
+# is reproducible; HYPOTHESIS_PROFILE=explore draws new ones each time, to hunt
+# for counterexamples (add what it finds as a plain regression test).
+settings.register_profile("reproducible", derandomize=True, database=None)
+settings.register_profile("explore", derandomize=False)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "reproducible"))
 
 SHARED_DATA = Path(
     os.environ.get(

@@ -189,6 +189,48 @@ def test_large_offset_logits_are_stable():
     )
 
 
+@pytest.mark.parametrize("factor", [1e-250, 1e-30, 1e30, 1e250])
+def test_tiny_and_huge_logit_scales(factor):
+    """T scales with the logits: T(c z) = c T(z), also far outside float's comfort."""
+    X, y = make_logits(n_samples=1000, n_classes=5, seed=4)
+    reference = float64_optimal_temperature(X, y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an interior optimum: no warning
+        ts = TemperatureScaling(device="cpu").fit(X * factor, y)
+    assert ts.temperature_ / factor == pytest.approx(reference, rel=1e-10)
+    np.testing.assert_allclose(
+        ts.predict_proba(X * factor),
+        np.exp(scipy_log_softmax(X / reference, axis=1)),
+        rtol=1e-8,
+    )
+
+
+def test_subnormal_spread_gives_finite_probabilities():
+    # Found by hypothesis: one logit of 2.5e-285, every other zero.
+    X = np.zeros((12, 2))
+    X[0, 0] = 2.47996677e-285
+    y = np.array([0, 1] * 6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        ts = TemperatureScaling(device="cpu").fit(X, y)
+    assert 0 < ts.temperature_ < np.inf
+    proba = ts.predict_proba(X)
+    assert np.isfinite(proba).all()
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("spread", [1.11253693e-308, 5e-324])
+def test_subnormal_spread_is_constant(spread):
+    # Found by hypothesis: a spread so small that 1 / T would overflow.
+    X = np.zeros((12, 2))
+    X[0, 0] = spread
+    y = np.array([0, 1] * 6)
+    with pytest.warns(UserWarning, match="constant across classes"):
+        ts = TemperatureScaling(device="cpu").fit(X, y)
+    assert ts.temperature_ == 1.0
+    np.testing.assert_allclose(ts.predict_proba(X), 0.5)
+
+
 def test_to_torch_matches_transform_and_scripts():
     torch = pytest.importorskip("torch")
     X, y = make_logits(n_samples=300, n_classes=4, seed=6)

@@ -25,6 +25,13 @@ _NOISE_FLOOR = 1e-6
 _MAX_LOG_STEP = 3.0
 _CPU_BLOCK_ELEMENTS = 2**19
 _CUDA_BLOCK_ELEMENTS = 2**27
+# Logit scales (mean gap between a row's maximum and mean) solved as given;
+# others are first brought to about 1 by an exact power-of-two scaling.
+_SAFE_SCALE = (2.0**-64, 2.0**64)
+# Below this scale (about 1e-289) the logits are constant for all purposes: the
+# temperature that would make them matter, ~scale, has no finite inverse 1/T
+# to multiply them by.
+_CONSTANT_SCALE = 2.0**-960
 
 
 @dataclass
@@ -60,7 +67,9 @@ class _Problem:
         self.shifted = logits - row_max
         true_shifted = self.shifted.gather(1, y.view(-1, 1)).squeeze(1)
         # sum_i w_i d_{i,y_i}, constant in beta
-        self.weighted_true = float((true_shifted.to(torch.float64) * self.weights).sum())
+        self.weighted_true = float(
+            (true_shifted.to(torch.float64) * self.weights).sum()
+        )
         # Mean gap between each row's maximum and mean: the logits' own scale,
         # which only sets the bounds of beta, so evenly spaced rows suffice.
         rows = _spaced_rows(logits.shape[0], logits.device)
@@ -103,7 +112,9 @@ def _newton_candidate(beta, g, h):
         step_u = -beta * g / curvature_u
         return beta * math.exp(min(max(step_u, -_MAX_LOG_STEP), _MAX_LOG_STEP))
     candidate = beta - g / h
-    return min(max(candidate, beta * math.exp(-_MAX_LOG_STEP)), beta * math.exp(_MAX_LOG_STEP))
+    return min(
+        max(candidate, beta * math.exp(-_MAX_LOG_STEP)), beta * math.exp(_MAX_LOG_STEP)
+    )
 
 
 def _newton(problem, beta, lo, hi, max_iter, rtol):
@@ -182,8 +193,17 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     TemperatureFit
     """
     problem = _Problem(logits, y, weights)
-    if not problem.scale > 0:
+    if not problem.scale > _CONSTANT_SCALE:
         return TemperatureFit(1.0, 0, "constant", 0.0)
+    if not _SAFE_SCALE[0] <= problem.scale <= _SAFE_SCALE[1]:
+        # Logits spread over ~1e-285 (or ~1e280) would make beta * d and d^2
+        # underflow or overflow in the derivatives. Scaling them by a power of
+        # two is exact, and softmax(beta z) = softmax((beta / c) (c z)).
+        factor = 2.0 ** -round(math.log2(problem.scale))
+        del problem
+        result = fit_inverse_temperature(logits * factor, y, weights, max_iter=max_iter)
+        result.beta *= factor
+        return result
     lo, hi = BETA_RANGE[0] / problem.scale, BETA_RANGE[1] / problem.scale
     rtol = 1e-13 if logits.dtype == torch.float64 else 1e-10
 
