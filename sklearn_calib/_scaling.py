@@ -12,7 +12,7 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, StrOptions, check_is_fitted
-from .utils._math import log_softmax
+from .utils._math import log_softmax, scale_logits
 from .utils._validation import check_device
 
 
@@ -153,7 +153,7 @@ class TemperatureScaling(BaseCalibrator):
             )
 
     def _calibrated_logits(self, logits):
-        return logits * logits.dtype.type(1.0 / self.temperature_)
+        return scale_logits(logits, logits.dtype.type(1.0 / self.temperature_))
 
     def to_torch(self):
         """Export as a ``torch.nn.Module`` mapping logits to calibrated log-probabilities.

@@ -7,6 +7,7 @@ import numpy as np
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, StrOptions, check_is_fitted
+from .utils._math import scale_logits
 from .utils._validation import check_device
 
 # Below this (effective) number of calibration samples, about 67 per soft bin
@@ -288,7 +289,7 @@ class SMART(BaseCalibrator):
 
     def _calibrated_logits(self, logits):
         inverse = (1.0 / self._temperatures(logits)).astype(logits.dtype)
-        return logits * inverse[:, None]
+        return scale_logits(logits, inverse[:, None])
 
     def predict_temperature(self, X):
         """Temperature of every sample.

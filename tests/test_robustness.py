@@ -192,6 +192,24 @@ def test_ten_thousand_classes(calibrator):
     assert proba.shape == (n, k)
 
 
+@pytest.mark.parametrize("magnitude", [1e150, 1e305])
+def test_logits_near_the_float_range_never_give_nan(calibrator, magnitude):
+    """Predicting on huge logits: finite probabilities, or an error naming it."""
+    k = n_classes_for(calibrator, 3)
+    X, y = make_logits(n_samples=300, n_classes=k, seed=2)
+    calibrator.fit(X, y)
+    huge = X / np.abs(X).max() * magnitude
+    try:
+        proba = calibrator.predict_proba(huge)
+    except ValueError as exc:
+        assert "overflowed" in str(exc)
+        return
+    assert np.isfinite(proba).all()
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    if getattr(calibrator, "_preserves_argmax", False):
+        np.testing.assert_array_equal(proba.argmax(axis=1), huge.argmax(axis=1))
+
+
 def test_constant_logits(calibrator):
     k = n_classes_for(calibrator, 3)
     y = np.tile(np.arange(k), 20)

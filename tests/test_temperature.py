@@ -219,6 +219,19 @@ def test_subnormal_spread_gives_finite_probabilities():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
 
 
+def test_tiny_temperature_predicts_the_limit_not_nan():
+    # T ~ 1e-204 from tiny logits; one row of 1e300 would overflow z / T.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(2000, 3)) * 1e-200
+    y = rng.integers(0, 3, size=2000)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    assert ts.temperature_ < 1e-190
+    row = np.array([[1e300, 0.0, -1e300], [5e299, 1e300, 0.0]])
+    np.testing.assert_array_equal(ts.predict_proba(row), [[1, 0, 0], [0, 1, 0]])
+    np.testing.assert_array_equal(ts.predict(row), [0, 1])
+    assert np.isfinite(ts.predict_proba(np.vstack([X[:5], row]))).all()
+
+
 @pytest.mark.parametrize("spread", [1.11253693e-308, 5e-324])
 def test_subnormal_spread_is_constant(spread):
     # Found by hypothesis: a spread so small that 1 / T would overflow.

@@ -3,12 +3,30 @@
 import numpy as np
 
 
+def _row_max(logits):
+    """Row maxima, refusing rows whose maximum is not a finite number.
+
+    Validated logits are finite, but a fitted map can overflow on extreme
+    ones (``W z`` with ``|z|`` near the float range); the softmax of such a
+    row has no defined value, so it is an error rather than NaN output.
+    """
+    top = logits.max(axis=1, keepdims=True)
+    if not np.isfinite(top).all():
+        bad = int(np.count_nonzero(~np.isfinite(top)))
+        raise ValueError(
+            f"The calibrated logits of {bad} row(s) overflowed to inf or NaN: the "
+            "input logits are too large for the fitted map in this floating-point "
+            "type (use float64 logits, or rescale them before fitting)."
+        )
+    return top
+
+
 def softmax(logits, *, out=None):
     """Row-wise softmax of a 2-D array, shifted by the row maximum.
 
     ``out`` may be ``logits`` itself to work in place.
     """
-    out = np.subtract(logits, logits.max(axis=1, keepdims=True), out=out)
+    out = np.subtract(logits, _row_max(logits), out=out)
     np.exp(out, out=out)
     out /= out.sum(axis=1, keepdims=True)
     return out
@@ -16,8 +34,25 @@ def softmax(logits, *, out=None):
 
 def log_softmax(logits, *, out=None):
     """Row-wise log-softmax of a 2-D array, shifted by the row maximum."""
-    out = np.subtract(logits, logits.max(axis=1, keepdims=True), out=out)
+    out = np.subtract(logits, _row_max(logits), out=out)
     out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
+    return out
+
+
+def scale_logits(logits, factor):
+    """``(logits - row max) * factor``: logits divided by a temperature, safely.
+
+    The shift changes no softmax and makes every entry at most 0, so a tiny
+    temperature (a huge ``factor``) can send entries to ``-inf``, probability
+    0, but never to ``+inf``. ``factor`` is a scalar or a column of per-row
+    factors. Factors of at most 1 cannot overflow and skip the shift (the
+    softmax shifts anyway).
+    """
+    if np.all(factor <= 1):
+        return logits * factor
+    out = np.subtract(logits, logits.max(axis=1, keepdims=True))
+    with np.errstate(over="ignore"):  # -inf is the intended limit
+        out *= factor
     return out
 
 

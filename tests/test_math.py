@@ -1,0 +1,49 @@
+"""The shared softmax helpers against scipy, and their overflow behaviour."""
+
+import numpy as np
+import pytest
+from scipy.special import log_softmax as scipy_log_softmax
+from scipy.special import softmax as scipy_softmax
+
+from sklearn_calib.utils._math import log_softmax, row_chunks, scale_logits, softmax
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_softmax_and_log_softmax_match_scipy(dtype):
+    z = (np.random.default_rng(0).normal(size=(50, 7)) * 30).astype(dtype)
+    rtol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(softmax(z), scipy_softmax(z, axis=1), rtol=rtol)
+    np.testing.assert_allclose(
+        log_softmax(z), scipy_log_softmax(z, axis=1), rtol=rtol, atol=1e-6
+    )
+
+
+def test_non_finite_calibrated_logits_are_refused_by_name():
+    block = np.array([[0.0, 1.0], [np.inf, 1.0], [np.nan, 0.0]])
+    for helper in (softmax, log_softmax):
+        with pytest.raises(ValueError, match="2 row\\(s\\) overflowed"):
+            helper(block)
+
+
+def test_scale_logits_is_a_temperature_without_overflow():
+    z = np.array([[1e300, 0.0, -1e300], [5e299, 1e300, 0.0], [1.0, 2.0, 3.0]])
+    scaled = scale_logits(z, 1e10)
+    assert not np.isposinf(scaled).any() and not np.isnan(scaled).any()
+    np.testing.assert_array_equal(softmax(scaled)[:2], [[1, 0, 0], [0, 1, 0]])
+    # Factors up to 1 take the plain product; larger ones the shifted one.
+    np.testing.assert_array_equal(scale_logits(z[2:], 0.5), z[2:] * 0.5)
+    np.testing.assert_allclose(
+        softmax(scale_logits(z[2:], 4.0)), scipy_softmax(4.0 * z[2:], axis=1)
+    )
+    per_row = np.array([[0.5], [2.0], [1.0]])
+    np.testing.assert_allclose(
+        softmax(scale_logits(z[2:].repeat(3, axis=0), per_row)),
+        scipy_softmax(z[2:].repeat(3, axis=0) * per_row, axis=1),
+    )
+
+
+def test_row_chunks_cover_every_row_once():
+    rows = list(row_chunks(1000, 30, max_elements=300))
+    assert all(r.stop - r.start <= 10 for r in rows)
+    covered = np.concatenate([np.arange(1000)[r] for r in rows])
+    np.testing.assert_array_equal(covered, np.arange(1000))
