@@ -230,6 +230,9 @@ def test_tiny_temperature_predicts_the_limit_not_nan():
     np.testing.assert_array_equal(ts.predict_proba(row), [[1, 0, 0], [0, 1, 0]])
     np.testing.assert_array_equal(ts.predict(row), [0, 1])
     assert np.isfinite(ts.predict_proba(np.vstack([X[:5], row]))).all()
+    torch = pytest.importorskip("torch")
+    module_out = ts.to_torch()(torch.from_numpy(row)).exp().numpy()
+    np.testing.assert_array_equal(module_out, [[1, 0, 0], [0, 1, 0]])
 
 
 @pytest.mark.parametrize("spread", [1.11253693e-308, 5e-324])

@@ -20,7 +20,9 @@ class TemperatureModule(nn.Module):
         if logits.shape[-1] == 1:
             logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
         scale = self.inverse_temperature.to(logits.dtype)
-        return torch.log_softmax(logits * scale, dim=-1)
+        # Shifted first, so that a small T sends logits to -inf, never +inf.
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        return torch.log_softmax(shifted * scale, dim=-1)
 
 
 class SmartModule(nn.Module):
@@ -60,7 +62,8 @@ class SmartModule(nn.Module):
         raw = self.network(margin.unsqueeze(-1)).squeeze(-1)
         temperature = nn.functional.softplus(raw) + 0.1
         scale = temperature.reciprocal().to(logits.dtype)
-        return torch.log_softmax(logits * scale.unsqueeze(-1), dim=-1)
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        return torch.log_softmax(shifted * scale.unsqueeze(-1), dim=-1)
 
 
 def _binary_as_two_logits(logits: torch.Tensor) -> torch.Tensor:
