@@ -366,7 +366,9 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         proba = np.zeros((_num_samples(X), self.classes_.shape[0]))
-        for estimator, calibrator in zip(self.estimators_, self.calibrators_):
+        for estimator, calibrator in zip(
+            self.estimators_, self.calibrators_, strict=True
+        ):
             logits = _estimator_logits(estimator, X)
             # A calibrator fitted on a fold that lacks some class codes may
             # have fewer columns; they land at their codes' positions.

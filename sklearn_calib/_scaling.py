@@ -156,7 +156,7 @@ class TemperatureScaling(BaseCalibrator):
         return scale_logits(logits, logits.dtype.type(1.0 / self.temperature_))
 
     def to_torch(self):
-        """Export as a ``torch.nn.Module`` mapping logits to calibrated log-probabilities.
+        """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
 
         Returns
         -------

@@ -25,7 +25,9 @@ SHARED_DATA = Path(
     )
 )
 
-PUBLIC_SETS = sorted(p.stem for p in SHARED_DATA.glob("*.npz")) if SHARED_DATA.is_dir() else []
+PUBLIC_SETS = (
+    sorted(p.stem for p in SHARED_DATA.glob("*.npz")) if SHARED_DATA.is_dir() else []
+)
 
 
 def load_shared(name):

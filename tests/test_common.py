@@ -91,9 +91,12 @@ def test_transform_is_log_predict_proba(calibrator, logits_y):
     calibrator.fit(X, y)
     log_proba = calibrator.transform(X)
     assert np.all(np.isfinite(log_proba))
-    np.testing.assert_allclose(np.exp(log_proba), calibrator.predict_proba(X), atol=1e-12)
+    np.testing.assert_allclose(
+        np.exp(log_proba), calibrator.predict_proba(X), atol=1e-12
+    )
     np.testing.assert_array_equal(
-        calibrator.predict(X), calibrator.classes_[calibrator.predict_proba(X).argmax(1)]
+        calibrator.predict(X),
+        calibrator.classes_[calibrator.predict_proba(X).argmax(1)],
     )
 
 
@@ -118,7 +121,9 @@ def test_pickle_round_trip(calibrator, logits_y):
     X, y = logits_y
     calibrator.fit(X, y)
     restored = pickle.loads(pickle.dumps(calibrator))
-    np.testing.assert_array_equal(restored.predict_proba(X), calibrator.predict_proba(X))
+    np.testing.assert_array_equal(
+        restored.predict_proba(X), calibrator.predict_proba(X)
+    )
 
 
 def test_clone_is_unfitted_with_same_params(calibrator, logits_y):
@@ -145,7 +150,9 @@ def test_sample_weight_equals_repeated_rows(calibrator, logits_y):
     X, y = logits_y
     weights = np.random.default_rng(0).integers(0, 4, size=len(y))
     weighted = clone(calibrator).fit(X, y, sample_weight=weights)
-    repeated = clone(calibrator).fit(np.repeat(X, weights, axis=0), np.repeat(y, weights))
+    repeated = clone(calibrator).fit(
+        np.repeat(X, weights, axis=0), np.repeat(y, weights)
+    )
     np.testing.assert_allclose(
         weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-5, atol=1e-6
     )
@@ -205,8 +212,14 @@ def test_set_output_pandas(calibrator, logits_y):
 # --- bad input: every calibrator rejects it with a message naming the problem ---
 
 BAD_FIT_INPUTS = {
-    "nan": (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.nan, X), y), "NaN"),
-    "inf": (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.inf, X), y), "infinity"),
+    "nan": (
+        lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.nan, X), y),
+        "NaN",
+    ),
+    "inf": (
+        lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 5, np.inf, X), y),
+        "infinity",
+    ),
     "3d": (lambda X, y: (X[:, :, None], y), "dim 3"),
     "empty": (lambda X, y: (X[:0], y[:0]), "0 sample"),
     "one_class": (lambda X, y: (X, np.zeros_like(y)), "class"),
@@ -283,6 +296,8 @@ def test_cuda_fit_matches_cpu_and_pickles_to_numpy(calibrator, logits_y):
     X, y = logits_y
     on_gpu = clone(calibrator).set_params(device="cuda").fit(X, y)
     on_cpu = clone(calibrator).set_params(device="cpu").fit(X, y)
-    np.testing.assert_allclose(on_gpu.predict_proba(X), on_cpu.predict_proba(X), atol=1e-4)
+    np.testing.assert_allclose(
+        on_gpu.predict_proba(X), on_cpu.predict_proba(X), atol=1e-4
+    )
     for value in vars(pickle.loads(pickle.dumps(on_gpu))).values():
         assert not isinstance(value, torch.Tensor)

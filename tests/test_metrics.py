@@ -698,7 +698,8 @@ def test_calibration_report_hand_computed():
     )
     assert list(report.index) == ["sharp", "flat"]
     assert list(report.columns) == ["ece", "accuracy"]
-    # sharp: bins (0.4, 0.6] {0.6 wrong}, (0.6, 0.8] {0.7, 0.8 right}, (0.8, 1] {0.9 right}
+    # sharp: bins (0.4, 0.6] {0.6 wrong}, (0.6, 0.8] {0.7, 0.8 right},
+    # (0.8, 1] {0.9 right}
     expected_ece = 0.25 * 0.6 + 0.5 * (1 - 0.75) + 0.25 * (1 - 0.9)
     assert report.loc["sharp", "ece"] == pytest.approx(expected_ece, abs=1e-12)
     assert report.loc["sharp", "accuracy"] == 0.75

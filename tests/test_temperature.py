@@ -1,4 +1,4 @@
-"""TemperatureScaling against independent references: scipy, scikit-learn, published T."""
+"""TemperatureScaling against independent references: scipy, sklearn, published T."""
 
 import pickle
 import warnings
@@ -123,7 +123,9 @@ def test_matches_scikit_learn_temperature_method(n_classes):
     ts = TemperatureScaling(device="cpu").fit(X, y)
     # scikit-learn's bounded scalar search stops at xatol ~ 1e-14 in log(beta).
     assert ts.temperature_ == pytest.approx(1.0 / beta, rel=1e-6)
-    np.testing.assert_allclose(ts.predict_proba(X), reference.predict_proba(X), atol=1e-6)
+    np.testing.assert_allclose(
+        ts.predict_proba(X), reference.predict_proba(X), atol=1e-6
+    )
 
 
 def test_binary_score_column_is_logits_zero_s():
@@ -133,7 +135,9 @@ def test_binary_score_column_is_logits_zero_s():
     two_columns = TemperatureScaling(device="cpu").fit(X, y)
     assert one_column.temperature_ == pytest.approx(two_columns.temperature_, rel=1e-10)
     np.testing.assert_allclose(
-        one_column.predict_proba(score[:, None]), two_columns.predict_proba(X), atol=1e-12
+        one_column.predict_proba(score[:, None]),
+        two_columns.predict_proba(X),
+        atol=1e-12,
     )
 
 
@@ -151,7 +155,9 @@ def test_all_correct_warns_and_clamps():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 3, size=200)
     X = 5.0 * np.eye(3)[y] + rng.normal(scale=0.1, size=(200, 3))
-    with pytest.warns(UserWarning, match="every calibration sample is classified correctly"):
+    with pytest.warns(
+        UserWarning, match="every calibration sample is classified correctly"
+    ):
         ts = TemperatureScaling(device="cpu").fit(X, y)
     assert ts.temperature_ > 0
     assert np.all(np.isfinite(ts.predict_proba(X)))
@@ -253,11 +259,17 @@ def test_to_torch_matches_transform_and_scripts():
     ts = TemperatureScaling(device="cpu").fit(X, y)
     module = ts.to_torch()
     expected = ts.transform(X)
-    np.testing.assert_allclose(module(torch.from_numpy(X)).numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(
+        module(torch.from_numpy(X)).numpy(), expected, atol=1e-12
+    )
     scripted = torch.jit.script(module)
-    np.testing.assert_allclose(scripted(torch.from_numpy(X)).numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(
+        scripted(torch.from_numpy(X)).numpy(), expected, atol=1e-12
+    )
     restored = pickle.loads(pickle.dumps(module))
-    np.testing.assert_allclose(restored(torch.from_numpy(X)).numpy(), expected, atol=1e-12)
+    np.testing.assert_allclose(
+        restored(torch.from_numpy(X)).numpy(), expected, atol=1e-12
+    )
 
 
 def test_fitted_state_is_plain_python():

@@ -45,8 +45,9 @@ def skops_trusted_types():
     >>> restored.temperature_ == ts.temperature_
     True
     """
-    import sklearn_calib
     from sklearn.base import BaseEstimator
+
+    import sklearn_calib
 
     trusted = []
     for name in sklearn_calib.__all__:
