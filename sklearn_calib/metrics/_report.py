@@ -161,8 +161,8 @@ def calibration_report(
             if not is_mapping:
                 raise
             raise ValueError(f"y_prob[{model!r}]: {exc}") from exc
-        # Codes index the validated columns directly, so no metric re-encodes
-        # the labels.
+        # The codes index the validated columns, so the metrics skip the label
+        # encoding (string labels, ``labels=``); each still checks the array.
         scores = {}
         for name in chosen:
             metric, binned = REPORT_METRICS[name]
