@@ -55,20 +55,55 @@ def expand_binary_scores(X):
     return np.hstack([np.zeros_like(X), X])
 
 
+def check_masked_logits(X, *, input_name="X"):
+    """Check the values of a float logits array; ``-inf`` marks a masked class.
+
+    Language models and many classification heads mask classes with ``-inf``
+    logits: such a class has probability exactly 0. NaN and ``+inf`` have no
+    meaning as logits, and every row needs at least one finite logit (the
+    class it can predict). One pass over the data: the row maximum is NaN when
+    the row holds a NaN, ``+inf`` when it holds ``+inf`` and ``-inf`` when
+    every entry is masked.
+    """
+    if X.size == 0:
+        return X
+    top = X.max(axis=1)
+    if np.isfinite(top).all():
+        return X
+    if np.isnan(top).any():
+        raise ValueError(
+            f"Input {input_name} contains NaN; logits must be numbers (-inf marks a "
+            "masked class)."
+        )
+    if np.isposinf(top).any():
+        raise ValueError(
+            f"Input {input_name} contains +infinity; logits must be finite or -inf "
+            "(a masked class)."
+        )
+    row = int(np.flatnonzero(np.isneginf(top))[0])
+    raise ValueError(
+        f"Input {input_name} has rows where every logit is -inf (row {row}): a row "
+        "needs at least one finite logit, the classes it can predict."
+    )
+
+
 def check_logits(estimator, X, *, reset):
     """Validate a logits array and return it as a float (n_samples, n_cols) array.
 
     With ``reset=True`` (in ``fit``) this records ``n_features_in_`` and
     ``feature_names_in_``; otherwise it checks the width against them.
+    Entries may be ``-inf`` (masked classes, see :func:`check_masked_logits`).
     """
     X = to_numpy(X)
-    return validate_data(
+    X = validate_data(
         estimator,
         X,
         reset=reset,
         dtype=[np.float64, np.float32],
         ensure_min_samples=1,
+        ensure_all_finite=False,
     )
+    return check_masked_logits(X)
 
 
 def check_logits_and_labels(estimator, X, y):
@@ -87,9 +122,11 @@ def check_logits_and_labels(estimator, X, y):
         reset=True,
         dtype=[np.float64, np.float32],
         ensure_min_samples=1,
+        ensure_all_finite=False,
     )
+    assert_all_finite(y, input_name="y")
     check_classification_targets(y)
-    return X, y
+    return check_masked_logits(X), y
 
 
 def check_classification_labels(estimator, y):
