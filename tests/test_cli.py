@@ -435,7 +435,7 @@ def test_failing_method_gets_a_row_not_a_crash(capsys, npz_two_splits, monkeypat
             raise ValueError("cannot fit this")
 
     monkeypatch.setattr(
-        cli,
+        cli._methods,
         "calibrator_classes",
         lambda: {"Broken": Broken, "TemperatureScaling": TemperatureScaling},
     )
@@ -699,7 +699,7 @@ def test_object_arrays_are_never_unpickled(capsys, tmp_path):
         capsys, ["report", tmp_path / "o.npy"], "object array", "never loaded"
     )
     np.savez(tmp_path / "o.npz", logits=np.array([[1.0, "a"]], dtype=object), y=[0])
-    assert_usage_error(capsys, ["report", tmp_path / "o.npz"], "object arrays")
+    assert_usage_error(capsys, ["report", tmp_path / "o.npz"], "object array")
 
 
 def test_pt_with_python_objects_is_refused(capsys, tmp_path):
@@ -751,7 +751,7 @@ def test_method_names_any_case_snake_case_or_prefix(monkeypatch):
         pass
 
     monkeypatch.setattr(
-        cli,
+        cli._methods,
         "calibrator_classes",
         lambda: {
             "TemperatureScaling": TemperatureScaling,
@@ -959,7 +959,7 @@ def test_report_is_reproducible(capsys, npz_two_splits, monkeypatch):
         name: {k: v for k, v in params.items() if k != "random_state"}
         for name, params in FAST_PARAMS.items()
     }
-    monkeypatch.setattr(cli, "REPORT_PARAMS", fast)
+    monkeypatch.setattr(cli._methods, "REPORT_PARAMS", fast)
     classes = cli.calibrator_classes()
     stochastic = [n for n, c in classes.items() if "random_state" in c().get_params()]
     if not stochastic:
@@ -975,7 +975,7 @@ def test_report_is_reproducible(capsys, npz_two_splits, monkeypatch):
 def test_report_fast_settings_are_applied_and_noted(
     capsys, npz_two_splits, monkeypatch
 ):
-    monkeypatch.setattr(cli, "REPORT_PARAMS", {"TemperatureScaling": {"max_iter": 1}})
+    monkeypatch.setattr(cli._methods, "REPORT_PARAMS", {"TemperatureScaling": {"max_iter": 1}})
     report = report_json(capsys, npz_two_splits, "--methods", "TemperatureScaling")
     note = report["results"][1]["note"]
     assert note.startswith("fast settings {'max_iter': 1}")
