@@ -69,7 +69,9 @@ def failure_reason(exc):
     text = first_line(exc)
     if type(exc) in (ValueError, TypeError) and text:
         return text
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    # torch names its public LinAlgError ``_LinAlgError``: show the public name.
+    kind = type(exc).__name__.lstrip("_")
+    return f"{kind}: {text}" if text else kind
 
 
 def run_method(name, cls, splits, y_codes, args):

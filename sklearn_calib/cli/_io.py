@@ -69,7 +69,7 @@ def _shape_text(shape):
     return str(tuple(int(d) for d in shape))
 
 
-def _read_npy_header(fp, size, where):
+def _read_npy_header(fp, size, where, *, in_archive=False):
     """Parse and check a .npy header; returns ``(dtype, shape, fortran_order)``.
 
     ``fp`` is positioned at the start of the .npy stream, which holds
@@ -131,8 +131,12 @@ def _read_npy_header(fp, size, where):
     if n_bytes < present:
         raise CommandError(
             f"{where}: {present - n_bytes:,} unexpected bytes follow the data its "
-            f"header declares ({declared}); several arrays saved into one file, "
-            "or a damaged file"
+            f"header declares ({declared}); "
+            + (
+                "a damaged or crafted archive"
+                if in_archive
+                else "several arrays saved into one file, or a damaged file"
+            )
         )
     return dtype, shape, fortran_order
 
@@ -226,7 +230,9 @@ class NpzArrays(Mapping):
                 info = archive.getinfo(f"{key}.npy")
                 _check_member_sizes(info, where)
                 with archive.open(info) as fp:
-                    header = _read_npy_header(fp, info.file_size, where)
+                    header = _read_npy_header(
+                        fp, info.file_size, where, in_archive=True
+                    )
                     return _read_npy_data(fp, *header, where)
         except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
             raise CommandError(

@@ -1,6 +1,7 @@
 """``fit`` and ``apply``, the parser, and the exit-status contract."""
 
 import os
+import subprocess
 import sys
 import warnings
 
@@ -60,6 +61,8 @@ def test_subprocess_error_exits_2_with_one_line(tmp_path):
         ("mismatched_lengths", "300 rows of logits but 299 labels"),
         ("nan", "logits contain NaN"),
         ("object_array", "object array"),
+        ("truncated_npy", "truncated or damaged: its header declares shape (300, 4)"),
+        ("ambiguous_labels", "ambiguous label column: the columns 'y', 'label'"),
     ],
 )
 def test_subprocess_bad_files_exit_2_with_one_line(tmp_path, logits_y, case, message):
@@ -87,11 +90,20 @@ def test_subprocess_bad_files_exit_2_with_one_line(tmp_path, logits_y, case, mes
             "-o",
             "c.skops",
         ]
-    else:
+    elif case == "object_array":
         np.save(
             tmp_path / "o.npy", np.array([[1.0, None]], dtype=object), allow_pickle=True
         )
         args = ["report", "o.npy"]
+    elif case == "truncated_npy":
+        np.save(tmp_path / "t.npy", logits)
+        np.save(tmp_path / "y.npy", y)
+        data = (tmp_path / "t.npy").read_bytes()
+        (tmp_path / "t.npy").write_bytes(data[: len(data) // 2])
+        args = ["report", "t.npy", "--labels", "y.npy"]
+    else:
+        (tmp_path / "a.csv").write_text("z0,z1,y,label\n0.5,1.0,0,1\n1.5,0.1,1,0\n")
+        args = ["report", "a.csv"]
     result = run_cli(*args, cwd=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert result.stdout == ""
@@ -325,3 +337,68 @@ def test_apply_loads_every_calibrator(tmp_path, name):
     np.testing.assert_array_equal(
         loaded.predict_proba(logits), calibrator.predict_proba(logits)
     )
+
+
+def test_fit_reports_a_numeric_failure_in_one_line(
+    capsys, tmp_path, logits_y, monkeypatch
+):
+    pytest.importorskip("skops")
+    logits, y = logits_y
+    np.savez(tmp_path / "l.npz", logits=logits, y=y)
+
+    def overflow(self, *args, **kwargs):
+        raise FloatingPointError("overflow encountered in exp")
+
+    monkeypatch.setattr(TemperatureScaling, "_fit", overflow)
+    args = ["fit", "--method", "temp", "--logits", tmp_path / "l.npz"]
+    assert_usage_error(
+        capsys,
+        [*args, "-o", tmp_path / "c.skops"],
+        "TemperatureScaling failed to fit",
+        "FloatingPointError: overflow encountered in exp",
+    )
+    assert not (tmp_path / "c.skops").exists()
+
+
+def test_apply_reports_a_numeric_failure_in_one_line(
+    capsys, tmp_path, logits_y, monkeypatch
+):
+    skops_io = pytest.importorskip("skops.io")
+    logits, y = logits_y
+    skops_io.dump(
+        TemperatureScaling(device="cpu").fit(logits, y), tmp_path / "ts.skops"
+    )
+    np.save(tmp_path / "l.npy", logits)
+
+    def singular(self, *args, **kwargs):
+        raise RuntimeError("linalg.solve: The solver failed")
+
+    monkeypatch.setattr(TemperatureScaling, "predict_proba", singular)
+    assert_usage_error(
+        capsys,
+        [
+            "apply",
+            tmp_path / "ts.skops",
+            "--logits",
+            tmp_path / "l.npy",
+            "-o",
+            tmp_path / "p.npy",
+        ],
+        "TemperatureScaling failed to calibrate",
+        "RuntimeError: linalg.solve",
+    )
+    assert not (tmp_path / "p.npy").exists()
+
+
+def test_importing_the_command_line_is_cheap(tmp_path):
+    """Neither torch, matplotlib nor skops load with the package."""
+    code = (
+        "import sys, sklearn_calib.cli, sklearn_calib.__main__\n"
+        "heavy = ('torch', 'matplotlib', 'skops')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

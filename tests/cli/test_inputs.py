@@ -289,3 +289,136 @@ def test_labels_given_twice(capsys, tmp_path, logits_y):
         ["report", tmp_path / "l.npz", "--labels", tmp_path / "y.npy"],
         "already holds labels",
     )
+
+
+# --- names that could play the same part are refused, not guessed ----------------
+
+
+@pytest.mark.parametrize(
+    "columns", [("y", "label"), ("labels", "label"), ("Y", " label "), ("y", "LABELS")]
+)
+def test_two_label_columns_are_refused(capsys, tmp_path, logits_y, columns):
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame[columns[0]] = y
+    frame[columns[1]] = 1 - y  # numeric: read as a logit column before
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    named = f"{columns[0]!r}, {columns[1]!r}"
+    assert_usage_error(
+        capsys, ["report", tmp_path / "t.csv"], "ambiguous label column", named
+    )
+    # The same in a labels file.
+    frame[list(columns)].to_csv(tmp_path / "y.csv", index=False)
+    np.save(tmp_path / "l.npy", logits)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npy", "--labels", tmp_path / "y.csv"],
+        "y.csv: ambiguous label column",
+    )
+
+
+def test_two_split_columns_are_refused(capsys, tmp_path):
+    (tmp_path / "s.csv").write_text(
+        "a,b,y,split,Split\n1,2,0,val,val\n2,1,1,test,test\n"
+    )
+    assert_usage_error(capsys, ["report", tmp_path / "s.csv"], "ambiguous split column")
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (("logits", "y", "labels"), "ambiguous labels: the keys y, labels"),
+        (("logits", "label", "y_val", "logits_val"), "both logits and logits_val"),
+    ],
+)
+def test_ambiguous_keys_are_refused(capsys, tmp_path, logits_y, keys, message):
+    logits, y = logits_y
+    arrays = {k: (logits if k.startswith("logits") else y) for k in keys}
+    np.savez(tmp_path / "k.npz", **arrays)
+    assert_usage_error(capsys, ["report", tmp_path / "k.npz"], message)
+
+
+def test_apply_refuses_two_sets_of_logits(tmp_path, logits_y):
+    logits, _ = logits_y
+    np.savez(tmp_path / "k.npz", logits=logits, logits_test=logits[:10])
+    with pytest.raises(cli.CommandError, match="both logits and logits_test"):
+        cli.read_logits_only(tmp_path / "k.npz")
+
+
+# --- masked classes: -inf is a logit, +inf and NaN are not ----------------------
+
+
+def masked(logits, fill=-np.inf):
+    """The logits with a masked class appended as column 2."""
+    return np.insert(logits, 2, fill, axis=1)
+
+
+def test_minus_infinity_marks_a_masked_class(tmp_path, logits_y):
+    logits, y = logits_y
+    np.savez(tmp_path / "m.npz", logits=masked(logits), y=y)
+    split = cli.read_splits(tmp_path / "m.npz")["val"]
+    np.testing.assert_array_equal(split.logits, masked(logits))
+
+
+@pytest.mark.parametrize(
+    "case, fragments",
+    [
+        ("plus_inf", ["logits contain infinity", "row 7", "only -inf is accepted"]),
+        ("all_masked", ["1 rows have no finite logit", "first row 7"]),
+    ],
+)
+def test_plus_infinity_and_fully_masked_rows_are_refused(
+    capsys, tmp_path, logits_y, case, fragments
+):
+    logits, y = logits_y
+    bad = masked(logits)
+    if case == "plus_inf":
+        bad[7, 0] = np.inf
+    else:
+        bad[7] = -np.inf
+    np.savez(tmp_path / "m.npz", logits=bad, y=y)
+    assert_usage_error(capsys, ["report", tmp_path / "m.npz"], *fragments)
+
+
+def test_report_on_masked_logits_equals_the_report_without_the_column(
+    capsys, tmp_path, logits_y
+):
+    """A column of -inf is probability 0: the baseline scores do not change.
+
+    The class-wise ECE averages over classes, so it counts the masked one
+    and differs; every other column must agree. Calibrators are compared too
+    once they accept -inf (issue 11, section 2).
+    """
+    logits, y = logits_y
+    y_masked = np.where(y >= 2, y + 1, y)  # labels of the widened columns
+    # The baseline, and temperature scaling once calibrators accept -inf (its
+    # solver may then take a different path: compare to solver precision).
+    tolerance = {"Uncalibrated": 1e-9}
+    try:
+        TemperatureScaling(device="cpu").fit(masked(logits), y_masked)
+        tolerance["TemperatureScaling"] = 1e-6
+    except ValueError:
+        pass  # calibrators refuse -inf: its row says why
+    for name, values, labels in (
+        ("plain", logits, y),
+        ("masked", masked(logits), y_masked),
+    ):
+        np.savez(
+            tmp_path / f"{name}.npz",
+            logits_val=values[:200],
+            y_val=labels[:200],
+            logits_test=values[200:],
+            y_test=labels[200:],
+        )
+    plain = report_json(capsys, tmp_path / "plain.npz", "--methods", "temp")
+    with_mask = report_json(capsys, tmp_path / "masked.npz", "--methods", "temp")
+    assert with_mask["n_classes"] == 5
+    for a, b in zip(plain["results"], with_mask["results"], strict=True):
+        if a["method"] not in tolerance:
+            assert b["note"].startswith("failed: ") and "infinity" in b["note"]
+            continue
+        for key in ("ece", "adaptive_ece", "nll", "brier", "accuracy"):
+            expected = pytest.approx(a[key], rel=tolerance[a["method"]], abs=1e-12)
+            assert b[key] == expected, (a["method"], key)

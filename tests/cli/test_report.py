@@ -346,3 +346,120 @@ def test_unknown_bundled_set(capsys):
         "unknown bundled set 'imagenet'",
         "c10_densenet40_guo",
     )
+
+
+def _torch_linalg_error():
+    torch = pytest.importorskip("torch")
+    return torch.linalg.LinAlgError("linalg.solve: The solver failed")
+
+
+@pytest.mark.parametrize(
+    "make_error, reason",
+    [
+        (lambda: ValueError("cannot fit this"), "cannot fit this"),
+        (
+            lambda: FloatingPointError("the loss is not finite"),
+            "FloatingPointError: the loss is not finite",
+        ),
+        (
+            lambda: OverflowError("cannot convert float infinity to integer"),
+            "OverflowError: cannot convert float infinity to integer",
+        ),
+        (
+            lambda: np.linalg.LinAlgError("Singular matrix"),
+            "LinAlgError: Singular matrix",
+        ),
+        (_torch_linalg_error, "LinAlgError: linalg.solve: The solver failed"),
+        (lambda: ZeroDivisionError(), "ZeroDivisionError"),
+        (lambda: IndexError("index 20 is out of bounds"), "IndexError: index 20"),
+    ],
+    ids=[
+        "value",
+        "floating",
+        "overflow",
+        "numpy_linalg",
+        "torch_linalg",
+        "zero",
+        "bug",
+    ],
+)
+@pytest.mark.parametrize("stage", ["fit", "predict_proba"])
+@pytest.mark.parametrize("protocol", ["two_splits", "cross_validation"])
+def test_any_failure_of_a_method_gives_its_row_a_reason(
+    capsys,
+    tmp_path,
+    logits_y,
+    npz_two_splits,
+    monkeypatch,
+    make_error,
+    reason,
+    stage,
+    protocol,
+):
+    error = make_error()
+
+    def fail(self, *args, **kwargs):
+        raise error
+
+    broken = type("Broken", (TemperatureScaling,), {})
+    setattr(broken, "_fit" if stage == "fit" else "predict_proba", fail)
+    monkeypatch.setattr(
+        _methods,
+        "calibrator_classes",
+        lambda: {"Broken": broken, "TemperatureScaling": TemperatureScaling},
+    )
+    if protocol == "two_splits":
+        path = npz_two_splits
+    else:
+        logits, y = logits_y
+        path = tmp_path / "one.npz"
+        np.savez(path, logits=logits, y=y)
+    report = report_json(capsys, path, "--cv", "2")
+    assert [r["method"] for r in report["results"]] == [
+        "Uncalibrated",
+        "Broken",
+        "TemperatureScaling",
+    ]
+    _, failed, fitted = report["results"]
+    assert failed["note"].startswith(f"failed: {reason}")
+    assert all(failed[key] is None for key in ("ece", "nll", "brier", "accuracy"))
+    assert fitted["note"] == "" and fitted["nll"] > 0
+    # The table lists the reason under it, on one line.
+    status, out, _ = call(capsys, "report", path, "--cv", "2")
+    assert status == 0
+    assert f"Broken: failed: {reason}" in out
+
+
+def test_extreme_logits_give_rows_not_an_abort(capsys, tmp_path, logits_y, monkeypatch):
+    """Finite float64 logits near the top of the range (issue 11, section 3).
+
+    Each method either fits and scores, or gets a row with its reason; the
+    report itself completes.
+    """
+    from sklearn_calib.utils._testing import FAST_PARAMS
+
+    monkeypatch.setattr(_methods, "REPORT_PARAMS", {"SMART": FAST_PARAMS["SMART"]})
+    logits, y = logits_y
+    big = logits / np.abs(logits).max() * 1e308
+    assert np.isfinite(big).all()
+    np.savez(
+        tmp_path / "big.npz",
+        logits_val=big[:200],
+        y_val=y[:200],
+        logits_test=big[200:],
+        y_test=y[200:],
+    )
+    methods = "TemperatureScaling,SMART,HistogramBinning,IsotonicCalibration"
+    report = report_json(capsys, tmp_path / "big.npz", "--methods", methods)
+    rows = {r["method"]: r for r in report["results"]}
+    assert set(rows) == {"Uncalibrated", *methods.split(",")}
+    for name, row in rows.items():
+        values = [row[key] for key in ("ece", "adaptive_ece", "nll", "brier")]
+        if row["note"].startswith("failed: "):
+            assert len(row["note"]) > len("failed: ") and "\n" not in row["note"]
+            assert values == [None] * 4, name
+        else:
+            assert all(np.isfinite(v) for v in values), name
+    # The non-parametric methods only rank the top-label scores: they fit.
+    assert rows["HistogramBinning"]["nll"] is not None
+    assert rows["IsotonicCalibration"]["nll"] is not None
