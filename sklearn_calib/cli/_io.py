@@ -239,6 +239,8 @@ class NpzArrays(Mapping):
                 f"{where}: damaged archive member ({type(exc).__name__}: "
                 f"{first_line(exc)})"
             ) from exc
+        except OSError as exc:  # the file went away or became unreadable
+            raise CommandError(f"{where}: cannot be read ({exc})") from exc
 
 
 def _check_member_sizes(info, where):

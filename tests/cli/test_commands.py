@@ -402,3 +402,20 @@ def test_importing_the_command_line_is_cheap(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_running_out_of_memory_is_one_line(capsys, tmp_path, logits_y, monkeypatch):
+    from sklearn_calib.cli import _commands
+
+    logits, y = logits_y
+    np.savez(tmp_path / "l.npz", logits=logits, y=y)
+
+    def too_big(*args, **kwargs):
+        raise MemoryError("Unable to allocate 7.28 TiB")
+
+    monkeypatch.setattr(_commands, "read_splits", too_big)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npz"],
+        "out of memory (Unable to allocate 7.28 TiB)",
+    )
