@@ -1,0 +1,261 @@
+"""The three commands: ``report``, ``fit`` and ``apply``.
+
+Each checks its outputs first (never over an input, never over an existing
+file without ``--overwrite``), so that a refused run costs no fitting and
+writes nothing; then reads only the arrays it needs, does its work through
+the public API, and writes its files atomically.
+"""
+
+import json
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from ._common import EXIT_OK, CommandError, first_line
+from ._data import Split, read_logits_only, read_splits
+from ._evaluation import (
+    encode_labels,
+    failure_reason,
+    run_method,
+    score,
+    uncalibrated_proba,
+)
+from ._html import html_report
+from ._io import (
+    OUTPUT_SUFFIXES,
+    atomic_writer,
+    check_output,
+    check_output_folder,
+    write_bytes,
+    write_proba,
+)
+from ._methods import (
+    import_skops,
+    load_calibrator,
+    make_calibrator,
+    parse_params,
+    resolve_method,
+    select_methods,
+)
+from ._plots import reliability_png, require_matplotlib, slug
+from ._tables import Progress, csv_table, format_report
+
+# What a calibrator may raise on extreme but valid data, besides the
+# ValueError/TypeError with which the library names bad input: overflow and
+# other floating-point errors, torch's RuntimeErrors (singular matrices, ...),
+# running out of memory. On the command line each is a one-line error.
+_NUMERIC_FAILURES = (ArithmeticError, RuntimeError, MemoryError)
+
+BUNDLED_DEFAULT = "c100_densenetbc100_netcal"
+
+
+# --------------------------------------------------------------------------
+# fit and apply
+# --------------------------------------------------------------------------
+
+
+def run_fit(args, out=None):
+    """``fit``: fit one calibrator on a file and save it with skops."""
+    out = out if out is not None else sys.stdout
+    output = check_output(
+        args.output, inputs=(args.logits, args.labels), overwrite=args.overwrite
+    )
+    cls = resolve_method(args.method)
+    sio = import_skops()
+    estimator = make_calibrator(
+        cls, device=args.device, params=parse_params(args.param)
+    )
+    val = read_splits(args.logits, args.labels)["val"]
+    started = time.perf_counter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            estimator.fit(val.logits, val.y)
+        except _NUMERIC_FAILURES as exc:
+            raise CommandError(
+                f"{args.logits}: {cls.__name__} failed to fit ({failure_reason(exc)})"
+            ) from exc
+    elapsed = time.perf_counter() - started
+    for w in caught:
+        print(
+            f"warning: {w.category.__name__}: {first_line(w.message)}", file=sys.stderr
+        )
+    with atomic_writer(output) as handle:
+        sio.dump(estimator, handle)
+    n, k = val.logits.shape
+    print(
+        f"{cls.__name__} fitted on {n} samples x {k} logit columns in "
+        f"{elapsed:.2f} s; saved to {output}",
+        file=out,
+    )
+    return EXIT_OK
+
+
+def run_apply(args, out=None):
+    """``apply``: calibrate a file's logits with a saved calibrator."""
+    out = out if out is not None else sys.stdout
+    output = Path(args.output)
+    if output.suffix.lower() not in OUTPUT_SUFFIXES:
+        raise CommandError(
+            f"{output}: unsupported output type {output.suffix or '(none)'!r}; use "
+            ".npy, .npz or .csv"
+        )
+    output = check_output(
+        output, inputs=(args.calibrator, args.logits), overwrite=args.overwrite
+    )
+    calibrator = load_calibrator(args.calibrator)
+    logits = read_logits_only(args.logits)
+    if args.device is not None and "device" in calibrator.get_params():
+        calibrator.set_params(device=args.device)
+    try:
+        proba = calibrator.predict_proba(logits)
+    except ValueError as exc:
+        raise CommandError(f"{args.logits}: {first_line(exc)}") from exc
+    except _NUMERIC_FAILURES as exc:
+        raise CommandError(
+            f"{args.logits}: {type(calibrator).__name__} failed to calibrate "
+            f"({failure_reason(exc)})"
+        ) from exc
+    write_proba(output, proba, calibrator.classes_)
+    print(
+        f"{type(calibrator).__name__}: wrote {proba.shape[0]} x {proba.shape[1]} "
+        f"calibrated probabilities to {output}",
+        file=out,
+    )
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------
+
+
+def report_file_names(method_names):
+    """Every file ``report --out`` may write for these methods."""
+    figures = [f"reliability_{slug(n)}.png" for n in ["Uncalibrated", *method_names]]
+    return ["results.csv", "results.json", *figures, "report.html"]
+
+
+def write_report_files(report, probabilities, y, out_dir, n_bins, description):
+    """Write results.csv, results.json, one PNG per method and report.html.
+
+    Every figure is drawn before the first file is written, and each file is
+    written atomically.
+    """
+    out_dir = Path(out_dir)
+    images = {
+        name: reliability_png(y, proba, name, n_bins)
+        for name, proba in probabilities.items()
+    }
+    files = {
+        "results.csv": csv_table(report).encode("utf-8"),
+        "results.json": (json.dumps(report, indent=2) + "\n").encode("utf-8"),
+    }
+    files.update({f"reliability_{slug(name)}.png": png for name, png in images.items()})
+    files["report.html"] = html_report(report, images, description).encode("utf-8")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CommandError(f"{out_dir}: cannot create the folder ({exc})") from exc
+    written = []
+    for name, data in files.items():
+        write_bytes(out_dir / name, data)
+        written.append(out_dir / name)
+    return written
+
+
+def report_data(args):
+    """The splits to compare the methods on, a short source and a description."""
+    if args.file is not None and args.dataset is not None:
+        raise CommandError("give either FILE or --dataset, not both")
+    if args.file is None:
+        from ..datasets import list_logits, load_logits
+
+        name = args.dataset or BUNDLED_DEFAULT
+        if name not in list_logits():
+            raise CommandError(
+                f"unknown bundled set {name!r}; choose from {', '.join(list_logits())}"
+            )
+        if args.labels is not None:
+            raise CommandError("--labels needs a FILE")
+        data = load_logits(name)
+        splits = {
+            "val": Split(data.logits_val, data.y_val),
+            "test": Split(data.logits_test, data.y_test),
+        }
+        return splits, f"bundled set {name}", data.DESCR
+    splits = read_splits(args.file, args.labels)
+    return splits, str(args.file), None
+
+
+def run_report(args, out=None):
+    """``report``: fit the methods, score them and print (and write) the table."""
+    out = out if out is not None else sys.stdout
+    if args.n_bins < 1:
+        raise CommandError(f"--n-bins must be a positive integer, got {args.n_bins}")
+    if args.cv < 2:
+        raise CommandError(f"--cv must be at least 2, got {args.cv}")
+    if args.out is not None:
+        require_matplotlib()
+    methods = select_methods(args.methods)
+    if args.out is not None:
+        check_output_folder(
+            args.out,
+            report_file_names([name for name, _ in methods]),
+            inputs=(args.file, args.labels),
+            overwrite=args.overwrite,
+        )
+    splits, source, description = report_data(args)
+    classes, y_codes = encode_labels(splits)
+    if "test" in splits:
+        evaluation = "fit on val, scored on test"
+        y_eval, logits_eval = y_codes["test"], splits["test"].logits
+    else:
+        evaluation = f"{args.cv}-fold cross-validation (out-of-fold predictions)"
+        y_eval, logits_eval = y_codes["val"], splits["val"].logits
+
+    raw = uncalibrated_proba(logits_eval)
+    rows = [
+        {
+            "method": "Uncalibrated",
+            **score(y_eval, raw, args.n_bins),
+            "fit_time_s": None,
+            "note": "",
+        }
+    ]
+    # Import torch now, so that the first torch-backed method's fit time does
+    # not include loading it.
+    import torch  # noqa: F401
+
+    probabilities = {"Uncalibrated": raw}
+    progress = Progress(len(methods))
+    try:
+        for done, (name, cls) in enumerate(methods):
+            progress.update(done, name)
+            row, proba = run_method(name, cls, splits, y_codes, args)
+            rows.append(row)
+            if proba is not None:
+                probabilities[name] = proba
+        progress.update(len(methods), "done")
+    finally:
+        progress.close()
+
+    report = {
+        "data": source,
+        "evaluation": evaluation,
+        "n_samples_val": int(splits["val"].logits.shape[0]),
+        "n_samples_test": int(splits["test"].logits.shape[0])
+        if "test" in splits
+        else 0,
+        "n_classes": int(len(classes)),
+        "n_bins": args.n_bins,
+        "results": rows,
+    }
+    out.write(format_report(report, args.format, stream=out))
+    if args.out is not None:
+        written = write_report_files(
+            report, probabilities, y_eval, Path(args.out), args.n_bins, description
+        )
+        print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,221 @@
+"""From the arrays of input files to checked logits and labels.
+
+A command asks for what it needs (``read_splits`` for ``report`` and ``fit``,
+``read_logits_only`` for ``apply``) and only those arrays are read from the
+file. Keys and columns are matched by name, and a file in which two names
+could play the same part is refused rather than guessed at.
+"""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ._common import CommandError
+from ._io import LABEL_KEYS, SPLIT_KEYS, check_input_path, label_column, read_arrays
+from ._io import read_table as _read_table
+
+
+@dataclass
+class Split:
+    """Logits and (possibly missing) labels of one part of a data set."""
+
+    logits: np.ndarray
+    y: np.ndarray | None
+
+
+def as_logits(array, where):
+    """A checked 2-D float array of logits.
+
+    ``-inf`` marks a masked class (probability 0); NaN and ``+inf`` are
+    errors, and so is a row in which every class is masked.
+    """
+    array = np.asarray(array)
+    if array.dtype == object or not (
+        np.issubdtype(array.dtype, np.floating)
+        or np.issubdtype(array.dtype, np.integer)
+    ):
+        raise CommandError(
+            f"{where}: logits must be a numeric array, got dtype {array.dtype}"
+        )
+    if array.ndim == 1:
+        # One score per sample: the positive-class score of a binary problem.
+        array = array[:, None]
+    if array.ndim != 2:
+        raise CommandError(
+            f"{where}: logits must be 2-D (n_samples, n_classes), got shape "
+            f"{array.shape}"
+        )
+    if array.shape[0] == 0:
+        raise CommandError(f"{where}: logits hold no samples")
+    if array.dtype not in (np.float32, np.float64):
+        array = array.astype(np.float64)
+    for bad, kind in ((np.isnan(array), "NaN"), (array == np.inf, "infinity")):
+        if bad.any():
+            row = int(np.argwhere(bad)[0][0])
+            extra = " (+inf; only -inf is accepted, for a masked class)"
+            raise CommandError(
+                f"{where}: logits contain {kind} ({int(bad.sum())} values, first "
+                f"in row {row}){extra if kind == 'infinity' else ''}"
+            )
+    if array.shape[1] > 1:
+        masked = np.all(array == -np.inf, axis=1)
+        if masked.any():
+            raise CommandError(
+                f"{where}: {int(masked.sum())} rows have no finite logit (every "
+                f"class masked with -inf), first row {int(np.argmax(masked))}"
+            )
+    return array
+
+
+def as_labels(array, where, n_samples):
+    """A checked 1-D array of ``n_samples`` labels."""
+    array = np.asarray(array)
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    if array.ndim != 1:
+        raise CommandError(
+            f"{where}: labels must be 1-D (n_samples,), got shape {array.shape}"
+        )
+    if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
+        raise CommandError(f"{where}: labels contain NaN or infinity")
+    if array.dtype == object and any(v is None or v != v for v in array):
+        raise CommandError(f"{where}: labels contain missing values")
+    if array.shape[0] != n_samples:
+        raise CommandError(
+            f"{where}: {n_samples} rows of logits but {array.shape[0]} labels; "
+            "they must have the same length"
+        )
+    return array
+
+
+def label_key(arrays, path):
+    """The key of the labels among ``arrays`` (y, labels or label), or None."""
+    found = [key for key in LABEL_KEYS if key in arrays]
+    if len(found) > 1:
+        raise CommandError(
+            f"{path}: ambiguous labels: the keys {', '.join(found)} could each be "
+            "the labels; keep one"
+        )
+    return found[0] if found else None
+
+
+def _refuse_both(arrays, path, first, second, what):
+    if first in arrays and second in arrays:
+        raise CommandError(
+            f"{path}: holds both {first} and {second}; which {what} is ambiguous "
+            "(keep one)"
+        )
+
+
+def read_labels(path):
+    """Read a labels file: a 1-D array, or a table/archive with a label column."""
+    path = check_input_path(path)
+    if path.suffix.lower() in (".csv", ".parquet"):
+        try:
+            frame = _read_table(path)
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"{path}: cannot be read ({exc})") from exc
+        column = label_column(frame, path)
+        if column is None and frame.shape[1] == 1:
+            column = frame.columns[0]
+        if column is None:
+            raise CommandError(
+                f"{path}: no labels found; expected a single column or a column "
+                f"named label or y (found: {', '.join(map(str, frame.columns))})"
+            )
+        return frame[column].to_numpy()
+    arrays = read_arrays(path)
+    key = label_key(arrays, path)
+    if key is None and len(arrays) == 1:
+        key = next(iter(arrays))
+    if key is None:
+        raise CommandError(
+            f"{path}: no labels found; expected one array, or a key or column "
+            f"named {' / '.join(LABEL_KEYS)} (found: {', '.join(arrays)})"
+        )
+    return arrays[key]
+
+
+def _keys_message(path, arrays):
+    return (
+        f"{path}: no logits found; expected the keys logits_val, y_val, "
+        "logits_test, y_test (two splits) or logits with y or labels (one "
+        f"split); found: {', '.join(sorted(arrays)) or 'nothing'}"
+    )
+
+
+def read_splits(path, labels_path=None, *, need_labels=True):
+    """Read a logits file into ``{"val": Split, "test": Split}`` (test optional).
+
+    A file with ``logits_val`` / ``y_val`` (and optionally ``logits_test`` /
+    ``y_test``) gives two splits; a file with ``logits`` (and ``y`` or
+    ``labels``, or a separate labels file) gives only ``"val"``. Only these
+    arrays are read.
+    """
+    arrays = read_arrays(path)
+    labels = read_labels(labels_path) if labels_path is not None else None
+    _refuse_both(arrays, path, "logits", "logits_val", "logits to fit on")
+    splits = {}
+    if "logits_val" in arrays:
+        if labels is not None:
+            raise CommandError(
+                f"{path} holds val/test splits with their own labels; --labels "
+                "applies only to a file of one split"
+            )
+        for part, (logits_key, y_key) in SPLIT_KEYS.items():
+            if logits_key not in arrays:
+                continue
+            where = f"{path} [{logits_key}]"
+            logits = as_logits(arrays[logits_key], where)
+            if y_key not in arrays:
+                if need_labels:
+                    raise CommandError(f"{path}: {logits_key} has no {y_key} beside it")
+                splits[part] = Split(logits, None)
+                continue
+            y = as_labels(arrays[y_key], f"{path} [{y_key}]", logits.shape[0])
+            splits[part] = Split(logits, y)
+    elif "logits" in arrays:
+        logits = as_logits(arrays["logits"], f"{path} [logits]")
+        key = label_key(arrays, path)
+        if key is not None and labels is not None:
+            raise CommandError(
+                f"{path} already holds labels; drop --labels or remove them"
+            )
+        y, where = (arrays[key], f"{path} [{key}]") if key is not None else (None, "")
+        if labels is not None:
+            y, where = labels, str(labels_path)
+        if y is None and need_labels:
+            raise CommandError(
+                f"{path}: no labels; give --labels FILE or store them under "
+                f"the key or column {' / '.join(LABEL_KEYS)}"
+            )
+        if y is not None:
+            y = as_labels(y, where, logits.shape[0])
+        splits["val"] = Split(logits, y)
+    elif "logits_test" in arrays and not need_labels:
+        splits["val"] = Split(as_logits(arrays["logits_test"], f"{path}"), None)
+    else:
+        raise CommandError(_keys_message(path, arrays))
+    if (
+        "test" in splits
+        and splits["test"].logits.shape[1] != splits["val"].logits.shape[1]
+    ):
+        raise CommandError(
+            f"{path}: logits_val has {splits['val'].logits.shape[1]} columns but "
+            f"logits_test has {splits['test'].logits.shape[1]}"
+        )
+    return splits
+
+
+def read_logits_only(path):
+    """Logits to calibrate: ``logits``, else ``logits_test``, else a bare array."""
+    arrays = read_arrays(path)
+    _refuse_both(arrays, Path(path), "logits", "logits_test", "logits to calibrate")
+    for key in ("logits", "logits_test"):
+        if key in arrays:
+            return as_logits(arrays[key], f"{path} [{key}]")
+    raise CommandError(
+        f"{path}: no logits found; expected a bare array or the key logits or "
+        f"logits_test (found: {', '.join(sorted(arrays)) or 'nothing'})"
+    )

@@ -1,0 +1,539 @@
+"""Reading and writing the command line's files, trusting none of them.
+
+Nothing read is ever unpickled. ``.npy`` files and the members of ``.npz``
+archives are parsed here: the header first, then its dtype (numbers, booleans
+or strings; never objects) and its declared size against the bytes actually
+present, and only then is memory allocated and the data read, exactly the
+declared number of bytes. A damaged or crafted file thus ends in a message
+naming what is wrong instead of a misleading one, a huge allocation or an
+archive member inflating without bound. An ``.npz`` is read lazily: a command
+loads only the members it uses. ``.pt`` goes through
+``torch.load(weights_only=True)`` and tables through pandas.
+
+Outputs are written to a temporary file beside the target and renamed over it
+once complete, so that a failed write leaves nothing behind; they never
+replace an input file, nor an existing file unless ``--overwrite`` is given.
+"""
+
+import contextlib
+import math
+import os
+import tempfile
+import zipfile
+import zlib
+from collections.abc import Mapping
+from pathlib import Path
+
+import numpy as np
+
+from ._common import CommandError, describe_size, first_line
+
+SUFFIXES = (".npy", ".npz", ".csv", ".parquet", ".pt")
+OUTPUT_SUFFIXES = (".npy", ".npz", ".csv")
+# Names of a label key (.npz, .pt) or column (.csv, .parquet), any case.
+LABEL_KEYS = ("y", "labels", "label")
+SPLIT_KEYS = {"val": ("logits_val", "y_val"), "test": ("logits_test", "y_test")}
+
+# numpy's own default limit on the header of a .npy file it reads.
+_MAX_HEADER_SIZE = 10_000
+# Deflate codes a match of at most 258 bytes in no fewer than 2 bits, so an
+# honest deflated member expands at most 1032-fold (plus block headers); an
+# archive claiming more lies about its sizes.
+_MAX_DEFLATE_RATIO = 1032
+_DEFLATE_SLACK = 4096
+# Bytes read per call: keeps the temporaries of a decompressing read small.
+_READ_CHUNK = 1 << 24
+
+
+def check_input_path(path):
+    """``path`` as a Path, if it names an existing file of a supported type."""
+    path = Path(path)
+    if not path.exists():
+        raise CommandError(f"{path}: no such file")
+    if path.is_dir():
+        raise CommandError(f"{path}: is a directory, not a file")
+    if path.suffix.lower() not in SUFFIXES:
+        raise CommandError(
+            f"{path}: unsupported file type {path.suffix or '(none)'!r}; use "
+            + ", ".join(SUFFIXES)
+        )
+    return path
+
+
+# --------------------------------------------------------------------------
+# .npy and .npz, parsed without numpy.load
+# --------------------------------------------------------------------------
+
+
+def _shape_text(shape):
+    return str(tuple(int(d) for d in shape))
+
+
+def _read_npy_header(fp, size, where, *, in_archive=False):
+    """Parse and check a .npy header; returns ``(dtype, shape, fortran_order)``.
+
+    ``fp`` is positioned at the start of the .npy stream, which holds
+    ``size`` bytes; on return it is positioned at the start of the data.
+    """
+    from numpy.lib import format as npy_format
+
+    if size < len(npy_format.MAGIC_PREFIX) + 4:
+        raise CommandError(
+            f"{where}: too short to be a .npy array ({size} bytes); it is empty "
+            "or truncated"
+        )
+    try:
+        version = npy_format.read_magic(fp)
+    except ValueError as exc:
+        raise CommandError(
+            f"{where}: not a .npy array: it does not start with NumPy's magic "
+            "string (write arrays with numpy.save)"
+        ) from exc
+    readers = {
+        (1, 0): npy_format.read_array_header_1_0,
+        (2, 0): npy_format.read_array_header_2_0,
+    }
+    if version not in readers:
+        raise CommandError(
+            f"{where}: .npy format version {version[0]}.{version[1]} is not read; "
+            "numpy writes numeric arrays in versions 1.0 and 2.0"
+        )
+    try:
+        shape, fortran_order, dtype = readers[version](
+            fp, max_header_size=_MAX_HEADER_SIZE
+        )
+    except (ValueError, SyntaxError, TypeError) as exc:
+        raise CommandError(f"{where}: damaged .npy header ({first_line(exc)})") from exc
+    if dtype.hasobject:
+        raise CommandError(
+            f"{where}: holds an object array (pickled Python objects), which is "
+            "never loaded; save a numeric array instead"
+        )
+    if dtype.names is not None or dtype.subdtype is not None or dtype.kind == "V":
+        raise CommandError(
+            f"{where}: holds a structured array (dtype {dtype}); save a plain "
+            "numeric array instead"
+        )
+    if dtype.itemsize == 0 or any(d < 0 for d in shape):
+        raise CommandError(
+            f"{where}: damaged .npy header (shape {_shape_text(shape)}, dtype "
+            f"{dtype.str})"
+        )
+    # Python integers: the product of a crafted shape cannot overflow.
+    n_bytes = math.prod(shape) * dtype.itemsize
+    present = size - fp.tell()
+    declared = f"shape {_shape_text(shape)} of {dtype.name}, {n_bytes:,} bytes of data"
+    if n_bytes > present:
+        raise CommandError(
+            f"{where}: truncated or damaged: its header declares {declared}, but "
+            f"only {present:,} bytes follow the header"
+        )
+    if n_bytes < present:
+        raise CommandError(
+            f"{where}: {present - n_bytes:,} unexpected bytes follow the data its "
+            f"header declares ({declared}); "
+            + (
+                "a damaged or crafted archive"
+                if in_archive
+                else "several arrays saved into one file, or a damaged file"
+            )
+        )
+    return dtype, shape, fortran_order
+
+
+def _read_npy_data(fp, dtype, shape, fortran_order, where):
+    """Read the data of a checked header: exactly the declared bytes."""
+    n_items = math.prod(shape)
+    try:
+        flat = np.empty(n_items, dtype=dtype)
+    except (MemoryError, ValueError) as exc:
+        raise CommandError(
+            f"{where}: an array of shape {_shape_text(shape)} of {dtype.name} needs "
+            f"{describe_size(n_items * dtype.itemsize)} of memory, more than is "
+            "available"
+        ) from exc
+    view = memoryview(flat.view(np.uint8)) if n_items else memoryview(b"")
+    done = 0
+    while done < len(view):
+        count = fp.readinto(view[done : done + _READ_CHUNK])
+        if not count:
+            raise CommandError(
+                f"{where}: truncated: the data end after {done:,} of the "
+                f"{len(view):,} bytes its header declares"
+            )
+        done += count
+    if fortran_order:
+        return flat.reshape(shape[::-1]).transpose()
+    return flat.reshape(shape)
+
+
+def read_npy(path):
+    """The array of a .npy file, checked before any allocation."""
+    where = str(path)
+    with open(path, "rb") as fp:
+        header = _read_npy_header(fp, os.fstat(fp.fileno()).st_size, where)
+        return _read_npy_data(fp, *header, where)
+
+
+class NpzArrays(Mapping):
+    """The arrays of an ``.npz`` archive, each read and checked on first use.
+
+    Opening lists the members; ``archive[key]`` reads one. A member is
+    refused before decompression when the archive's own sizes are
+    impossible, and after its header when the header disagrees with them,
+    so that no member inflates beyond its declared shape.
+    """
+
+    def __init__(self, path):
+        self.path = Path(path)
+        try:
+            with zipfile.ZipFile(self.path) as archive:
+                names = [
+                    info.filename
+                    for info in archive.infolist()
+                    if info.filename.endswith(".npy")
+                ]
+        except zipfile.BadZipFile as exc:
+            raise CommandError(
+                f"{self.path}: not a .npz archive ({first_line(exc)}); write one "
+                "with numpy.savez"
+            ) from exc
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise CommandError(
+                f"{self.path}: the archive holds several members named "
+                f"{', '.join(repeated)}; which to read is ambiguous"
+            )
+        self._keys = [name[: -len(".npy")] for name in names]
+        self._cache = {}
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+    def __contains__(self, key):
+        return key in self._keys
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        if key not in self._cache:
+            self._cache[key] = self._read(key)
+        return self._cache[key]
+
+    def _read(self, key):
+        where = f"{self.path} [{key}]"
+        try:
+            with zipfile.ZipFile(self.path) as archive:
+                info = archive.getinfo(f"{key}.npy")
+                _check_member_sizes(info, where)
+                with archive.open(info) as fp:
+                    header = _read_npy_header(
+                        fp, info.file_size, where, in_archive=True
+                    )
+                    return _read_npy_data(fp, *header, where)
+        except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
+            raise CommandError(
+                f"{where}: damaged archive member ({type(exc).__name__}: "
+                f"{first_line(exc)})"
+            ) from exc
+        except OSError as exc:  # the file went away or became unreadable
+            raise CommandError(f"{where}: cannot be read ({exc})") from exc
+
+
+def _check_member_sizes(info, where):
+    """Refuse a member whose stated sizes no honest archive can have."""
+    if info.flag_bits & 0x1:
+        raise CommandError(f"{where}: the member is encrypted")
+    if info.compress_type == zipfile.ZIP_STORED:
+        if info.compress_size != info.file_size:
+            raise CommandError(
+                f"{where}: damaged archive: a stored member of {info.file_size:,} "
+                f"bytes occupies {info.compress_size:,}"
+            )
+    elif info.compress_type == zipfile.ZIP_DEFLATED:
+        if info.file_size > _MAX_DEFLATE_RATIO * info.compress_size + _DEFLATE_SLACK:
+            raise CommandError(
+                f"{where}: the archive says this member expands from "
+                f"{info.compress_size:,} to {info.file_size:,} bytes, more than "
+                f"deflate can (at most {_MAX_DEFLATE_RATIO}-fold): a damaged or "
+                "crafted file"
+            )
+    else:
+        raise CommandError(
+            f"{where}: compressed with zip method {info.compress_type}; numpy "
+            "writes stored or deflated members only"
+        )
+
+
+# --------------------------------------------------------------------------
+# .pt and tables
+# --------------------------------------------------------------------------
+
+
+def read_pt(path):
+    """The tensors of a .pt file, loaded with ``weights_only=True``."""
+    try:
+        import torch
+    except ImportError as exc:  # torch is a dependency, but be explicit
+        raise CommandError(f"{path}: reading .pt files needs torch") from exc
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
+        raise CommandError(
+            f"{path}: cannot be read with torch.load(weights_only=True), which "
+            f"refuses arbitrary Python objects ({type(exc).__name__}: "
+            f"{first_line(exc)[:120]})"
+        ) from exc
+
+    def to_array(value, key):
+        if isinstance(value, torch.Tensor):
+            value = value.detach()
+            if value.dtype in (torch.float16, torch.bfloat16):
+                value = value.float()
+            return value.cpu().numpy()
+        if isinstance(value, np.ndarray):
+            return value
+        raise CommandError(
+            f"{path}: {key} is a {type(value).__name__}, expected a tensor"
+        )
+
+    if isinstance(content, dict):
+        return {str(k): to_array(v, repr(k)) for k, v in content.items()}
+    if isinstance(content, (tuple, list)) and len(content) == 2:
+        return {
+            "logits": to_array(content[0], "item 0"),
+            "y": to_array(content[1], "item 1"),
+        }
+    return {"logits": to_array(content, "the content")}
+
+
+def read_table(path):
+    """A .csv or .parquet file as a pandas DataFrame."""
+    import pandas as pd
+
+    if path.suffix.lower() == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError as exc:
+            raise CommandError(
+                f"{path}: reading .parquet files needs pyarrow: "
+                "python -m pip install pyarrow"
+            ) from exc
+        return pd.read_parquet(path)
+    try:
+        return pd.read_csv(path)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as exc:
+        raise CommandError(f"{path}: not a readable CSV file ({exc})") from exc
+
+
+def _named_column(frame, names, path, what):
+    """The one column whose name (any case) is in ``names``, or None."""
+    found = [c for c in frame.columns if str(c).strip().lower() in names]
+    if len(found) > 1:
+        raise CommandError(
+            f"{path}: ambiguous {what}: the columns "
+            f"{', '.join(repr(str(c)) for c in found)} could each be it; keep one "
+            "(or rename the others)"
+        )
+    return found[0] if found else None
+
+
+def label_column(frame, path):
+    """The label column of a table (named label, labels or y), or None."""
+    return _named_column(frame, LABEL_KEYS, path, "label column")
+
+
+def frame_to_arrays(frame, path):
+    """Split a table into logit columns, an optional label and split column."""
+    from pandas.api.types import is_bool_dtype, is_numeric_dtype
+
+    labels = label_column(frame, path)
+    split_column = _named_column(frame, ("split",), path, "split column")
+    logit_columns = [c for c in frame.columns if c not in (labels, split_column)]
+    if not logit_columns:
+        raise CommandError(f"{path}: no logit columns found")
+    for column in logit_columns:
+        if not is_numeric_dtype(frame[column]) or is_bool_dtype(frame[column]):
+            raise CommandError(
+                f"{path}: column {column!r} is not numeric; logit columns must "
+                "hold numbers (name the label column 'label' or 'y'; a CSV file "
+                "needs a header row)"
+            )
+    logits = frame[logit_columns].to_numpy()
+    y = frame[labels].to_numpy() if labels is not None else None
+    if split_column is None:
+        arrays = {"logits": logits}
+        if y is not None:
+            arrays["y"] = y
+        return arrays
+    split = frame[split_column].astype(str).str.strip().str.lower().to_numpy()
+    unknown = sorted(set(split) - {"val", "test"})
+    if unknown:
+        raise CommandError(
+            f"{path}: the split column holds {unknown!r}; use 'val' and 'test'"
+        )
+    arrays = {}
+    for part, (logits_key, y_key) in SPLIT_KEYS.items():
+        rows = split == part
+        if rows.any():
+            arrays[logits_key] = logits[rows]
+            if y is not None:
+                arrays[y_key] = y[rows]
+    return arrays
+
+
+def read_arrays(path):
+    """A supported file as a mapping of named arrays, never unpickling.
+
+    An ``.npz`` archive gives a lazy mapping that reads a member when it is
+    first looked up; the other types are read whole.
+    """
+    path = check_input_path(path)
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return {"logits": read_npy(path)}
+        if suffix == ".npz":
+            return NpzArrays(path)
+        if suffix == ".pt":
+            return read_pt(path)
+        return frame_to_arrays(read_table(path), path)
+    except CommandError:
+        raise
+    except (OSError, EOFError, ValueError) as exc:
+        raise CommandError(f"{path}: cannot be read ({first_line(exc)})") from exc
+
+
+# --------------------------------------------------------------------------
+# Outputs
+# --------------------------------------------------------------------------
+
+
+def _same_file(a, b):
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist
+        return Path(a).resolve() == Path(b).resolve()
+
+
+def check_output(path, *, inputs=(), overwrite=False, folder_may_be_created=False):
+    """Check, before any work, that ``path`` may be written; returns it as a Path.
+
+    Never an input file (compared as files, so a symlink or another spelling
+    of the same path counts), a folder or a device; an existing file only
+    with ``overwrite``; and the folder must exist and be writable (unless it
+    is one that the command will create).
+    """
+    path = Path(path)
+    for source in inputs:
+        if source is not None and _same_file(path, source):
+            shown = "" if str(source) == str(path) else f" ({source})"
+            raise CommandError(
+                f"{path}: refusing to write over an input file{shown}; choose "
+                "another output"
+            )
+    if path.is_dir():
+        raise CommandError(f"{path}: is a directory; give a file name")
+    if path.exists() or path.is_symlink():
+        if not overwrite:
+            raise CommandError(
+                f"{path}: already exists; pass --overwrite to replace it"
+            )
+        if not path.is_file():
+            raise CommandError(f"{path}: exists and is not a regular file")
+    if not folder_may_be_created:
+        folder = path.parent
+        if not folder.is_dir():
+            raise CommandError(f"{path}: the folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise CommandError(f"{path}: cannot write in the folder {folder}")
+    return path
+
+
+def check_output_folder(folder, names, *, inputs=(), overwrite=False):
+    """Check that the files ``names`` may be written in ``folder`` (maybe new)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise CommandError(f"{folder}: exists and is not a folder")
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise CommandError(f"{folder}: cannot create the folder: {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise CommandError(f"{folder}: cannot write in {existing}")
+    return [
+        check_output(
+            folder / name,
+            inputs=inputs,
+            overwrite=overwrite,
+            folder_may_be_created=True,
+        )
+        for name in names
+    ]
+
+
+def _umask():
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_writer(path):
+    """A binary file that becomes ``path`` only once written completely.
+
+    The data go to a temporary file in the same folder, renamed over
+    ``path`` at the end; on any error the temporary file is removed and
+    ``path`` is left as it was.
+    """
+    path = Path(path)
+    try:
+        fd, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".part"
+        )
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            yield handle
+        # mkstemp creates the file readable by its owner only; give it the
+        # permissions any new file of the user gets.
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+        raise
+
+
+def write_bytes(path, data):
+    """Write ``data`` to ``path`` atomically."""
+    with atomic_writer(path) as handle:
+        handle.write(data)
+
+
+def write_proba(path, proba, classes):
+    """Write probabilities as .npy, .npz (``proba``, ``classes``) or .csv.
+
+    The format follows the suffix in any case, and the file is written at
+    exactly ``path`` (``numpy.save`` given a name would append ``.npy`` to
+    ``P.NPY``).
+    """
+    suffix = path.suffix.lower()
+    with atomic_writer(path) as handle:
+        if suffix == ".npy":
+            np.save(handle, proba, allow_pickle=False)
+        elif suffix == ".npz":
+            np.savez(handle, proba=proba, classes=np.asarray(classes).astype(str))
+        else:
+            import pandas as pd
+
+            pd.DataFrame(proba, columns=[str(c) for c in classes]).to_csv(
+                handle, index=False
+            )

@@ -1,0 +1,151 @@
+"""Calibrators by name, their settings, and the skops files of ``fit``."""
+
+import ast
+import re
+from pathlib import Path
+
+from ._common import CommandError, first_line
+
+# Settings ``report`` uses instead of a method's defaults, for a method too
+# slow to run on the bundled data well within a minute on two CPU cores; the
+# table and the HTML page say when a method ran with them. None is needed at
+# present: with their defaults, every method fits the bundled CIFAR-100 set
+# in a few seconds on two cores (the whole report takes about 10 s).
+REPORT_PARAMS: dict[str, dict] = {}
+
+
+def _normalise(name):
+    return re.sub(r"[-_\s]", "", name).lower()
+
+
+def calibrator_classes():
+    """Public calibrators by class name, from the registry."""
+    from ..utils.discovery import all_calibrators
+
+    return dict(all_calibrators())
+
+
+def resolve_method(name):
+    """Calibrator class from a name.
+
+    The class name in any case, with or without underscores or hyphens
+    (``temperature_scaling``), or an unambiguous start of one (``platt``).
+    """
+    classes = calibrator_classes()
+    wanted = _normalise(name)
+    exact = [cls for key, cls in classes.items() if _normalise(key) == wanted]
+    if exact:
+        return exact[0]
+    prefixed = [key for key in classes if wanted and _normalise(key).startswith(wanted)]
+    if len(prefixed) == 1:
+        return classes[prefixed[0]]
+    if prefixed:
+        raise CommandError(
+            f"method {name!r} is ambiguous: {', '.join(sorted(prefixed))}"
+        )
+    raise CommandError(
+        f"unknown method {name!r}; choose from {', '.join(sorted(classes))} "
+        "(any case; snake_case or the start of a name works too)"
+    )
+
+
+def select_methods(spec):
+    """``(name, class)`` pairs named by ``--methods A,B`` (all when empty)."""
+    classes = calibrator_classes()
+    if not spec:
+        return sorted(classes.items())
+    chosen = []
+    for name in spec.split(","):
+        name = name.strip()
+        if not name:
+            continue
+        cls = resolve_method(name)
+        if (cls.__name__, cls) not in chosen:
+            chosen.append((cls.__name__, cls))
+    if not chosen:
+        raise CommandError("--methods names no method")
+    return chosen
+
+
+def make_calibrator(cls, *, device=None, seed=None, params=None):
+    """An instance of ``cls`` with ``params``, a device and a seed where it has them.
+
+    A seed makes the stochastic methods (SMART's initialisation, ...) give
+    the same numbers on every run of the command.
+    """
+    estimator = cls()
+    accepted = estimator.get_params()
+    if seed is not None and "random_state" in accepted:
+        estimator.set_params(random_state=seed)
+    if device is not None and "device" in accepted:
+        estimator.set_params(device=device)
+    return estimator.set_params(**(params or {}))
+
+
+def parse_params(pairs):
+    """``["n_bins=20", "strategy=quantile"]`` -> ``{"n_bins": 20, ...}``."""
+    params = {}
+    for pair in pairs:
+        key, sep, text = pair.partition("=")
+        if not sep or not key.strip():
+            raise CommandError(f"--param {pair!r}: expected KEY=VALUE")
+        try:
+            value = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            value = text
+        params[key.strip()] = value
+    return params
+
+
+def import_skops():
+    """``skops.io``, or a clear error naming the extra that installs it."""
+    try:
+        import skops.io
+    except ImportError as exc:
+        raise CommandError(
+            "saving and loading calibrators needs skops: python -m pip install "
+            "'sklearn-calib[cli]' (or skops)"
+        ) from exc
+    return skops.io
+
+
+def _check_saved(path):
+    path = Path(path)
+    if not path.exists():
+        raise CommandError(f"{path}: no such file")
+    if path.is_dir():
+        raise CommandError(f"{path}: is a directory, not a file")
+    return path
+
+
+def load_calibrator(path):
+    """Load a calibrator saved by ``fit``, trusting only the library's types.
+
+    Besides skops's defaults (numpy arrays, scikit-learn estimators, Python
+    builtins), only the estimator classes of this library are trusted.
+    """
+    sio = import_skops()
+    path = _check_saved(path)
+    from skops.io.exceptions import UntrustedTypesFoundException
+
+    from ..base import BaseCalibrator
+    from ..utils.persistence import skops_trusted_types
+
+    try:
+        estimator = sio.load(path, trusted=skops_trusted_types())
+    except UntrustedTypesFoundException as exc:
+        raise CommandError(
+            f"{path}: refused, it holds types other than sklearn-calib calibrators "
+            f"({first_line(exc)})"
+        ) from exc
+    except Exception as exc:  # skops raises zipfile/json/key errors on junk
+        raise CommandError(
+            f"{path}: not a calibrator saved by 'sklearn-calib fit' "
+            f"({type(exc).__name__}: {first_line(exc)})"
+        ) from exc
+    if not isinstance(estimator, BaseCalibrator):
+        raise CommandError(
+            f"{path}: holds a {type(estimator).__name__}, not a calibrator of "
+            "logits; save one with 'sklearn-calib fit'"
+        )
+    return estimator

@@ -1,0 +1,165 @@
+"""The report as text: terminal table, markdown, CSV, JSON; the progress bar."""
+
+import csv
+import io
+import json
+import os
+import sys
+
+# (key, table header, percent?) in display order.
+COLUMNS = (
+    ("ece", "ECE %", True),
+    ("adaptive_ece", "AdaECE %", True),
+    ("classwise_ece", "cw-ECE %", True),
+    ("nll", "NLL", False),
+    ("brier", "Brier", False),
+    ("accuracy", "Acc %", True),
+    ("fit_time_s", "Fit s", False),
+)
+LOWER_IS_BETTER = {"ece", "adaptive_ece", "classwise_ece", "nll", "brier"}
+
+
+def cell(row, key, percent):
+    """One value of the table as text; ``-`` where a method has none."""
+    value = row.get(key)
+    if value is None:
+        return "-"
+    if percent:
+        return f"{100 * value:.2f}"
+    if key == "fit_time_s":
+        return f"{value:.2f}"
+    return f"{value:.4f}"
+
+
+def best(rows, key):
+    """The best value of a column, or None for a column without a best."""
+    values = [r[key] for r in rows if r.get(key) is not None]
+    if not values or key not in LOWER_IS_BETTER | {"accuracy"}:
+        return None
+    return min(values) if key in LOWER_IS_BETTER else max(values)
+
+
+def header_lines(report):
+    """The lines describing the data and the protocol above every table."""
+    if report["n_samples_test"]:
+        sizes = f"{report['n_samples_val']} val / {report['n_samples_test']} test"
+    else:
+        sizes = f"{report['n_samples_val']}"
+    return [
+        f"data: {report['data']} ({report['n_classes']} classes; {sizes} samples)",
+        f"evaluation: {report['evaluation']}; {report['n_bins']} bins",
+    ]
+
+
+def notes(report):
+    """``method: note`` for each row with a note (skipped, failed, warnings)."""
+    return [f"{r['method']}: {r['note']}" for r in report["results"] if r.get("note")]
+
+
+def _text_table(report, *, pretty):
+    rows = report["results"]
+    headers = ["Method"] + [c[1] for c in COLUMNS]
+    body = [[r["method"]] + [cell(r, k, p) for k, _, p in COLUMNS] for r in rows]
+    widths = [
+        max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(headers)
+    ]
+    bold = pretty and not os.environ.get("NO_COLOR")
+
+    def fmt(cells, styles=None):
+        parts = []
+        for i, (text, width) in enumerate(zip(cells, widths, strict=True)):
+            text = text.ljust(width) if i == 0 else text.rjust(width)
+            if styles and styles[i]:
+                text = f"\033[1;32m{text}\033[0m"
+            parts.append(text)
+        return ("│ " + " │ ".join(parts) + " │") if pretty else "  ".join(parts)
+
+    best_values = {k: best(rows, k) for k, _, _ in COLUMNS}
+    lines = []
+    if pretty:
+        lines.append("┌─" + "─┬─".join("─" * w for w in widths) + "─┐")
+        header = fmt(headers)
+        lines.append(f"\033[1m{header}\033[0m" if bold else header)
+        lines.append("├─" + "─┼─".join("─" * w for w in widths) + "─┤")
+    else:
+        lines.append(fmt(headers))
+        lines.append("  ".join("-" * w for w in widths))
+    for r, cells in zip(rows, body, strict=True):
+        styles = None
+        if bold:
+            styles = [False] + [
+                best_values[k] is not None and r.get(k) == best_values[k]
+                for k, _, _ in COLUMNS
+            ]
+        lines.append(fmt(cells, styles))
+    if pretty:
+        lines.append("└─" + "─┴─".join("─" * w for w in widths) + "─┘")
+    return "\n".join(header_lines(report) + [""] + lines + [""] + notes(report)) + "\n"
+
+
+def _markdown_table(report):
+    rows = report["results"]
+    headers = ["Method"] + [c[1] for c in COLUMNS]
+    lines = [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(["---"] + ["---:"] * len(COLUMNS)) + "|",
+    ]
+    for r in rows:
+        cells = [r["method"]] + [cell(r, k, p) for k, _, p in COLUMNS]
+        lines.append("| " + " | ".join(cells) + " |")
+    listed = [f"- {n}" for n in notes(report)]
+    header = [f"{line}  " for line in header_lines(report)]
+    return "\n".join(header + [""] + lines + ([""] + listed if listed else [])) + "\n"
+
+
+def csv_table(report):
+    """The raw values (fractions, not percent), one row per method."""
+    buffer = io.StringIO()
+    keys = ["method"] + [c[0] for c in COLUMNS] + ["note"]
+    writer = csv.DictWriter(buffer, fieldnames=keys, lineterminator="\n")
+    writer.writeheader()
+    for r in report["results"]:
+        writer.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in keys})
+    return buffer.getvalue()
+
+
+def format_report(report, fmt, *, stream=None):
+    """Render the report as ``table``, ``markdown``, ``csv`` or ``json`` text.
+
+    ``table`` is drawn with box characters and the best value of each column
+    highlighted when ``stream`` is a terminal, and as plain aligned text
+    otherwise.
+    """
+    if fmt == "markdown":
+        return _markdown_table(report)
+    if fmt == "csv":
+        return csv_table(report)
+    if fmt == "json":
+        return json.dumps(report, indent=2) + "\n"
+    pretty = stream is not None and hasattr(stream, "isatty") and stream.isatty()
+    return _text_table(report, pretty=pretty)
+
+
+class Progress:
+    """A one-line progress bar on stderr, drawn only when stderr is a terminal."""
+
+    def __init__(self, total, *, stream=None, width=24):
+        self.stream = stream if stream is not None else sys.stderr
+        self.total = total
+        self.width = width
+        self.enabled = (
+            total > 0 and hasattr(self.stream, "isatty") and self.stream.isatty()
+        )
+
+    def update(self, done, label):
+        if not self.enabled:
+            return
+        filled = round(self.width * done / self.total)
+        bar = "#" * filled + "-" * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {done}/{self.total} {label[:30]:<30}")
+        self.stream.flush()
+
+    def close(self):
+        if self.enabled:
+            self.stream.write("\r" + " " * (self.width + 40) + "\r")
+            self.stream.flush()

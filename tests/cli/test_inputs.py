@@ -1,0 +1,424 @@
+"""Every input format, and input errors: exit status 2 and a one-line message."""
+
+import numpy as np
+import pytest
+
+from sklearn_calib import TemperatureScaling, cli
+
+from .conftest import assert_usage_error, call, reference_proba, report_json
+
+
+def write_inputs(tmp_path, fmt, logits, y):
+    """Write logits (and labels) in one format; returns the extra CLI args."""
+    if fmt == "npy":
+        np.save(tmp_path / "l.npy", logits)
+        np.save(tmp_path / "y.npy", y)
+        return ["--logits", tmp_path / "l.npy", "--labels", tmp_path / "y.npy"]
+    if fmt == "npz":
+        np.savez(tmp_path / "l.npz", logits=logits, labels=y)
+        return ["--logits", tmp_path / "l.npz"]
+    if fmt in ("csv", "parquet"):
+        import pandas as pd
+
+        frame = pd.DataFrame(logits, columns=[f"z{k}" for k in range(logits.shape[1])])
+        frame.insert(0, "label", y)
+        if fmt == "csv":
+            frame.to_csv(tmp_path / "l.csv", index=False)
+        else:
+            pytest.importorskip("pyarrow")
+            frame.to_parquet(tmp_path / "l.parquet")
+        return ["--logits", tmp_path / f"l.{fmt}"]
+    if fmt == "csv_labels_file":
+        import pandas as pd
+
+        pd.DataFrame(logits).to_csv(tmp_path / "l.csv", index=False)
+        pd.DataFrame({"y": y}).to_csv(tmp_path / "y.csv", index=False)
+        return ["--logits", tmp_path / "l.csv", "--labels", tmp_path / "y.csv"]
+    torch = pytest.importorskip("torch")
+    if fmt == "pt_pair":
+        torch.save((torch.from_numpy(logits), torch.from_numpy(y)), tmp_path / "l.pt")
+    else:
+        torch.save(
+            {"logits": torch.from_numpy(logits), "y": torch.from_numpy(y)},
+            tmp_path / "l.pt",
+        )
+    return ["--logits", tmp_path / "l.pt"]
+
+
+@pytest.mark.parametrize(
+    "fmt", ["npy", "npz", "csv", "csv_labels_file", "parquet", "pt_pair", "pt_dict"]
+)
+def test_fit_reads_every_format(capsys, tmp_path, logits_y, fmt):
+    pytest.importorskip("skops")
+    logits, y = logits_y
+    args = write_inputs(tmp_path, fmt, logits, y)
+    status, out, err = call(
+        capsys,
+        "fit",
+        "--method",
+        "TemperatureScaling",
+        *args,
+        "-o",
+        tmp_path / "ts.skops",
+    )
+    assert status == 0, err
+    fitted = cli.load_calibrator(tmp_path / "ts.skops")
+    reference = TemperatureScaling(device="cpu").fit(logits, y)
+    # CSV stores decimal text, so allow for the rounding of the logits.
+    assert fitted.temperature_ == pytest.approx(reference.temperature_, rel=1e-7)
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv"])
+def test_apply_writes_every_output_format(capsys, tmp_path, logits_y, suffix):
+    pytest.importorskip("skops")
+    import skops.io
+
+    logits, y = logits_y
+    names = np.array(["ant", "bee", "cat", "dog"])
+    skops.io.dump(
+        TemperatureScaling(device="cpu").fit(logits, names[y]), tmp_path / "ts.skops"
+    )
+    np.savez(tmp_path / "new.npz", logits_test=logits[:50])
+    out_path = tmp_path / f"p{suffix}"
+    status, out, err = call(
+        capsys,
+        "apply",
+        tmp_path / "ts.skops",
+        "--logits",
+        tmp_path / "new.npz",
+        "-o",
+        out_path,
+    )
+    assert status == 0, err
+    expected = reference_proba(logits, y, logits[:50])
+    if suffix == ".npy":
+        proba = np.load(out_path, allow_pickle=False)
+    elif suffix == ".npz":
+        with np.load(out_path, allow_pickle=False) as archive:
+            proba = archive["proba"]
+            assert archive["classes"].tolist() == names.tolist()
+    else:
+        import pandas as pd
+
+        frame = pd.read_csv(out_path)
+        assert list(frame.columns) == names.tolist()
+        proba = frame.to_numpy()
+    np.testing.assert_allclose(proba, expected, rtol=1e-6)
+
+
+def test_csv_split_column_gives_two_splits(capsys, tmp_path, logits_y):
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame["y"] = y
+    frame["split"] = np.where(np.arange(len(y)) < 200, "val", "test")
+    frame.to_csv(tmp_path / "both.csv", index=False)
+    report = report_json(
+        capsys, tmp_path / "both.csv", "--methods", "TemperatureScaling"
+    )
+    assert (report["n_samples_val"], report["n_samples_test"]) == (200, 100)
+
+
+def test_string_labels_in_csv(capsys, tmp_path, logits_y):
+    import pandas as pd
+
+    logits, y = logits_y
+    names = np.array(["ant", "bee", "cat", "dog"])
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame["label"] = names[y]
+    frame.to_csv(tmp_path / "s.csv", index=False)
+    report = report_json(
+        capsys, tmp_path / "s.csv", "--methods", "TemperatureScaling", "--cv", "2"
+    )
+    assert report["results"][1]["accuracy"] == pytest.approx(
+        np.mean(logits.argmax(axis=1) == y)
+    )
+
+
+def test_missing_file(capsys, tmp_path):
+    assert_usage_error(
+        capsys,
+        [
+            "fit",
+            "--method",
+            "TemperatureScaling",
+            "--logits",
+            tmp_path / "absent.npy",
+            "-o",
+            tmp_path / "c.skops",
+        ],
+        "absent.npy: no such file",
+    )
+
+
+def test_unsupported_suffix(capsys, tmp_path):
+    (tmp_path / "l.txt").write_text("1 2 3\n")
+    assert_usage_error(
+        capsys, ["report", tmp_path / "l.txt"], "unsupported file type '.txt'", ".npz"
+    )
+
+
+def test_wrong_keys(capsys, tmp_path, logits_y):
+    logits, y = logits_y
+    np.savez(tmp_path / "k.npz", scores=logits, targets=y)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "k.npz"],
+        "no logits found",
+        "logits_val, y_val",
+        "found: scores, targets",
+    )
+
+
+def test_val_without_labels(capsys, tmp_path, logits_y):
+    logits, _ = logits_y
+    np.savez(tmp_path / "k.npz", logits_val=logits)
+    assert_usage_error(
+        capsys, ["report", tmp_path / "k.npz"], "logits_val has no y_val"
+    )
+
+
+def test_mismatched_lengths(capsys, tmp_path, logits_y):
+    logits, y = logits_y
+    np.savez(tmp_path / "m.npz", logits_val=logits, y_val=y[:-1])
+    assert_usage_error(
+        capsys, ["report", tmp_path / "m.npz"], "300 rows of logits but 299 labels"
+    )
+
+
+def test_mismatched_labels_file(capsys, tmp_path, logits_y):
+    logits, y = logits_y
+    np.save(tmp_path / "l.npy", logits)
+    np.save(tmp_path / "y.npy", y[:10])
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npy", "--labels", tmp_path / "y.npy"],
+        "300 rows of logits but 10 labels",
+    )
+
+
+def test_mismatched_widths(capsys, tmp_path, logits_y):
+    logits, y = logits_y
+    np.savez(
+        tmp_path / "w.npz",
+        logits_val=logits,
+        y_val=y,
+        logits_test=logits[:, :3],
+        y_test=y,
+    )
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "w.npz"],
+        "logits_val has 4 columns but logits_test has 3",
+    )
+
+
+@pytest.mark.parametrize("value, word", [(np.nan, "NaN"), (np.inf, "infinity")])
+def test_non_finite_logits(capsys, tmp_path, logits_y, value, word):
+    logits, y = logits_y
+    bad = logits.copy()
+    bad[17, 2] = value
+    np.save(tmp_path / "bad.npy", bad)
+    np.save(tmp_path / "y.npy", y)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "bad.npy", "--labels", tmp_path / "y.npy"],
+        f"logits contain {word}",
+        "row 17",
+    )
+
+
+def test_nan_in_csv(capsys, tmp_path):
+    (tmp_path / "n.csv").write_text("a,b,label\n1.0,2.0,0\n,1.0,1\n0.5,0.1,0\n")
+    assert_usage_error(
+        capsys, ["report", tmp_path / "n.csv"], "logits contain NaN", "row 1"
+    )
+
+
+def test_nan_labels(capsys, tmp_path, logits_y):
+    logits, y = logits_y
+    labels = y.astype(float)
+    labels[3] = np.nan
+    np.savez(tmp_path / "n.npz", logits=logits, y=labels)
+    assert_usage_error(capsys, ["report", tmp_path / "n.npz"], "labels contain NaN")
+
+
+def test_object_arrays_are_never_unpickled(capsys, tmp_path):
+    np.save(
+        tmp_path / "o.npy", np.array([[1.0, None]], dtype=object), allow_pickle=True
+    )
+    assert_usage_error(
+        capsys, ["report", tmp_path / "o.npy"], "object array", "never loaded"
+    )
+    np.savez(tmp_path / "o.npz", logits=np.array([[1.0, "a"]], dtype=object), y=[0])
+    assert_usage_error(capsys, ["report", tmp_path / "o.npz"], "object array")
+
+
+def test_pt_with_python_objects_is_refused(capsys, tmp_path):
+    torch = pytest.importorskip("torch")
+    torch.save(
+        {"logits": torch.zeros(3, 2), "model": TemperatureScaling()}, tmp_path / "o.pt"
+    )
+    assert_usage_error(capsys, ["report", tmp_path / "o.pt"], "weights_only=True")
+
+
+def test_non_numeric_csv_column(capsys, tmp_path):
+    (tmp_path / "s.csv").write_text("a,b,label\n1.0,x,0\n2.0,y,1\n")
+    assert_usage_error(
+        capsys, ["report", tmp_path / "s.csv"], "column 'b' is not numeric"
+    )
+
+
+def test_logits_need_two_dimensions(capsys, tmp_path):
+    np.save(tmp_path / "l.npy", np.zeros((4, 2, 2)))
+    np.save(tmp_path / "y.npy", np.zeros(4))
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npy", "--labels", tmp_path / "y.npy"],
+        "must be 2-D",
+    )
+
+
+def test_labels_given_twice(capsys, tmp_path, logits_y):
+    logits, y = logits_y
+    np.savez(tmp_path / "l.npz", logits=logits, y=y)
+    np.save(tmp_path / "y.npy", y)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npz", "--labels", tmp_path / "y.npy"],
+        "already holds labels",
+    )
+
+
+# --- names that could play the same part are refused, not guessed ----------------
+
+
+@pytest.mark.parametrize(
+    "columns", [("y", "label"), ("labels", "label"), ("Y", " label "), ("y", "LABELS")]
+)
+def test_two_label_columns_are_refused(capsys, tmp_path, logits_y, columns):
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame[columns[0]] = y
+    frame[columns[1]] = 1 - y  # numeric: read as a logit column before
+    frame.to_csv(tmp_path / "t.csv", index=False)
+    named = f"{columns[0]!r}, {columns[1]!r}"
+    assert_usage_error(
+        capsys, ["report", tmp_path / "t.csv"], "ambiguous label column", named
+    )
+    # The same in a labels file.
+    frame[list(columns)].to_csv(tmp_path / "y.csv", index=False)
+    np.save(tmp_path / "l.npy", logits)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npy", "--labels", tmp_path / "y.csv"],
+        "y.csv: ambiguous label column",
+    )
+
+
+def test_two_split_columns_are_refused(capsys, tmp_path):
+    (tmp_path / "s.csv").write_text(
+        "a,b,y,split,Split\n1,2,0,val,val\n2,1,1,test,test\n"
+    )
+    assert_usage_error(capsys, ["report", tmp_path / "s.csv"], "ambiguous split column")
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        (("logits", "y", "labels"), "ambiguous labels: the keys y, labels"),
+        (("logits", "label", "y_val", "logits_val"), "both logits and logits_val"),
+    ],
+)
+def test_ambiguous_keys_are_refused(capsys, tmp_path, logits_y, keys, message):
+    logits, y = logits_y
+    arrays = {k: (logits if k.startswith("logits") else y) for k in keys}
+    np.savez(tmp_path / "k.npz", **arrays)
+    assert_usage_error(capsys, ["report", tmp_path / "k.npz"], message)
+
+
+def test_apply_refuses_two_sets_of_logits(tmp_path, logits_y):
+    logits, _ = logits_y
+    np.savez(tmp_path / "k.npz", logits=logits, logits_test=logits[:10])
+    with pytest.raises(cli.CommandError, match="both logits and logits_test"):
+        cli.read_logits_only(tmp_path / "k.npz")
+
+
+# --- masked classes: -inf is a logit, +inf and NaN are not ----------------------
+
+
+def masked(logits, fill=-np.inf):
+    """The logits with a masked class appended as column 2."""
+    return np.insert(logits, 2, fill, axis=1)
+
+
+def test_minus_infinity_marks_a_masked_class(tmp_path, logits_y):
+    logits, y = logits_y
+    np.savez(tmp_path / "m.npz", logits=masked(logits), y=y)
+    split = cli.read_splits(tmp_path / "m.npz")["val"]
+    np.testing.assert_array_equal(split.logits, masked(logits))
+
+
+@pytest.mark.parametrize(
+    "case, fragments",
+    [
+        ("plus_inf", ["logits contain infinity", "row 7", "only -inf is accepted"]),
+        ("all_masked", ["1 rows have no finite logit", "first row 7"]),
+    ],
+)
+def test_plus_infinity_and_fully_masked_rows_are_refused(
+    capsys, tmp_path, logits_y, case, fragments
+):
+    logits, y = logits_y
+    bad = masked(logits)
+    if case == "plus_inf":
+        bad[7, 0] = np.inf
+    else:
+        bad[7] = -np.inf
+    np.savez(tmp_path / "m.npz", logits=bad, y=y)
+    assert_usage_error(capsys, ["report", tmp_path / "m.npz"], *fragments)
+
+
+def test_report_on_masked_logits_equals_the_report_without_the_column(
+    capsys, tmp_path, logits_y
+):
+    """A column of -inf is probability 0: the baseline scores do not change.
+
+    The class-wise ECE averages over classes, so it counts the masked one
+    and differs; every other column must agree. Calibrators are compared too
+    once they accept -inf (issue 11, section 2).
+    """
+    logits, y = logits_y
+    y_masked = np.where(y >= 2, y + 1, y)  # labels of the widened columns
+    # The baseline, and temperature scaling once calibrators accept -inf (its
+    # solver may then take a different path: compare to solver precision).
+    tolerance = {"Uncalibrated": 1e-9}
+    try:
+        TemperatureScaling(device="cpu").fit(masked(logits), y_masked)
+        tolerance["TemperatureScaling"] = 1e-6
+    except ValueError:
+        pass  # calibrators refuse -inf: its row says why
+    for name, values, labels in (
+        ("plain", logits, y),
+        ("masked", masked(logits), y_masked),
+    ):
+        np.savez(
+            tmp_path / f"{name}.npz",
+            logits_val=values[:200],
+            y_val=labels[:200],
+            logits_test=values[200:],
+            y_test=labels[200:],
+        )
+    plain = report_json(capsys, tmp_path / "plain.npz", "--methods", "temp")
+    with_mask = report_json(capsys, tmp_path / "masked.npz", "--methods", "temp")
+    assert with_mask["n_classes"] == 5
+    for a, b in zip(plain["results"], with_mask["results"], strict=True):
+        if a["method"] not in tolerance:
+            assert b["note"].startswith("failed: ") and "infinity" in b["note"]
+            continue
+        for key in ("ece", "adaptive_ece", "nll", "brier", "accuracy"):
+            expected = pytest.approx(a[key], rel=tolerance[a["method"]], abs=1e-12)
+            assert b[key] == expected, (a["method"], key)
