@@ -258,10 +258,10 @@ def published_checks(results):
 def to_markdown(results, checks, info, quick):
     lines = [
         "# Calibration quality on real logits\n",
-        f"Fit on val, scored on test. ECE variants use 15 bins, in %. NLL is "
-        "scikit-learn's log_loss on float64 probabilities (clipped at float64 eps, so "
-        "a sample costs at most 36 nats; PROVENANCE.md's NLL figures use the exact "
-        "log-softmax and can be slightly higher on sets with extreme logits). Bold: best per "
+        f"Fit on val, scored on test. ECE variants use 15 bins, in %. NLL is the "
+        "library's log_loss (clipped at float64 eps whatever the dtype, so a sample "
+        "costs at most 36 nats; an unclipped log-softmax NLL can be slightly higher "
+        "on sets with extreme logits). Bold: best per "
         f"column within the set. Machine: {info['cpu_count']} cores, torch "
         f"{info['torch']}.{' Quick mode: a subset of sets and peers.' if quick else ''}\n",
         "## Published figures reproduced\n",

@@ -116,16 +116,17 @@ class ReliabilityDisplay:
     --------
     >>> import matplotlib
     >>> matplotlib.use("Agg")
-    >>> import numpy as np
+    >>> from scipy.special import softmax
     >>> from sklearn_calib import TemperatureScaling
+    >>> from sklearn_calib.datasets import load_logits
     >>> from sklearn_calib.display import ReliabilityDisplay
-    >>> from sklearn_calib.utils._testing import make_logits
-    >>> logits, y = make_logits(n_samples=2000, n_classes=4, seed=0)
+    >>> data = load_logits("c10_resnet50_cross_entropy_smart")
     >>> raw = ReliabilityDisplay.from_predictions(
-    ...     y, np.exp(logits) / np.exp(logits).sum(1, keepdims=True), name="raw")
-    >>> ts = TemperatureScaling(device="cpu").fit(logits, y)
+    ...     data.y_test, softmax(data.logits_test, axis=1), name="raw")
+    >>> ts = TemperatureScaling(device="cpu").fit(data.logits_val, data.y_val)
     >>> disp = ReliabilityDisplay.from_estimator(
-    ...     ts, logits, y, ax=raw.ax_, hist_ax=raw.hist_ax_, name="TS")
+    ...     ts, data.logits_test, data.y_test, ax=raw.ax_, hist_ax=raw.hist_ax_,
+    ...     name="TS")
     >>> len(disp.ax_.get_lines())   # diagonal, raw, TS
     3
     """

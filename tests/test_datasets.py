@@ -159,3 +159,24 @@ def test_unknown_name_lists_the_available_sets():
 
 def test_default_is_cifar100():
     assert load_logits().name == "c100_densenetbc100_netcal"
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_description_figures_are_reproduced_by_the_library(name):
+    from sklearn_calib import TemperatureScaling
+    from sklearn_calib.metrics import expected_calibration_error, log_loss
+
+    data = load_logits(name)
+    ts = TemperatureScaling(device="cpu").fit(data.logits_val, data.y_val)
+    raw = softmax64(data.logits_test)
+    calibrated = ts.predict_proba(data.logits_test.astype(np.float64))
+    shown = (
+        f"- test NLL: {log_loss(data.y_test, raw):.4f} raw, "
+        f"{log_loss(data.y_test, calibrated):.4f} after temperature scaling"
+    )
+    assert shown in data.DESCR
+    ece = (
+        f"{100 * expected_calibration_error(data.y_test, raw):.2f}% raw, "
+        f"{100 * expected_calibration_error(data.y_test, calibrated):.2f}% after"
+    )
+    assert ece in data.DESCR

@@ -10,9 +10,11 @@ from ..utils._compat import StrOptions, validate_params
 
 DEFAULT_SET = "c100_densenetbc100_netcal"
 
-# The reference figures are those of shared/data/PROVENANCE.md: test accuracy,
-# top-label ECE (15 equal-width bins, %) and NLL before and after temperature
-# scaling fitted on the val part, and the fitted temperature.
+# Reference figures: test accuracy, top-label ECE (15 equal-width bins, %) and
+# NLL before and after temperature scaling fitted on the val part, and the
+# fitted temperature. The NLL is the library's log_loss (probabilities clipped
+# at float64 eps), so a reader reproduces it with the library; the tests check
+# every figure against the data.
 _SETS = {
     "c10_resnet50_cross_entropy_smart": {
         "title": "ResNet-50 on CIFAR-10, cross-entropy training (SMART benchmark)",
@@ -51,7 +53,9 @@ _SETS = {
             "accuracy": 0.9242,
             "ece_percent": (5.50, 0.95),
             "temperature": 2.8826,
-            "nll": (0.4301, 0.2251),
+            # 0.4301 without clipping: a few test logits give true-class
+            # probabilities below float64 eps.
+            "nll": (0.4284, 0.2251),
         },
         "published": (
             "Guo et al. 2017, Table 1: ECE 5.50% uncalibrated, 0.95% after "
