@@ -124,6 +124,22 @@ def _score_matrix(
     return scores
 
 
+def _check_targets(y):
+    """Classification labels, without the "looks like regression" hint.
+
+    A calibration split often holds few samples of many classes, which
+    scikit-learn's target-type heuristic reads as regression; here the labels
+    index logit columns, so that hint cannot apply and is not shown.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message="The number of unique classes is greater than 50%",
+            category=UserWarning,
+        )
+        check_classification_targets(y)
+
+
 def _true_label_scores(scores, y_codes):
     return np.take_along_axis(scores, y_codes[:, None], axis=1)[:, 0]
 
@@ -454,18 +470,20 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if self.calibrator is None:
             self.calibrator_ = None
             X, y = self._check_logits(X, reset=True, y=y)
-            check_classification_targets(y)
+            _check_targets(y)
             sample_weight = check_sample_weight(sample_weight, X)
             self.classes_, y_codes = resolve_classes(y, X.shape[1])
             proba, masked = self._probabilities_of_logits(X)
         else:
             self.calibrator_ = clone(self.calibrator)
-            fit_params = {} if sample_weight is None else {"sample_weight": sample_weight}
+            fit_params = (
+                {} if sample_weight is None else {"sample_weight": sample_weight}
+            )
             self.calibrator_.fit(X, y, **fit_params)
             y = np.asarray(to_numpy(y))
             if y.ndim == 2 and y.shape[1] == 1:
                 y = y[:, 0]
-            check_classification_targets(y)
+            _check_targets(y)
             self.classes_ = np.asarray(self.calibrator_.classes_)
             y_codes = self._encode(y)
             for name in ("n_features_in_", "feature_names_in_"):
@@ -735,8 +753,10 @@ def conformal_report(
     from .metrics._selective import _selective_statistics, aurc_from_statistics
     from .utils._validation import check_metric_inputs
 
-    scores_chosen = [conformity_scores] if isinstance(conformity_scores, str) else list(
-        conformity_scores
+    scores_chosen = (
+        [conformity_scores]
+        if isinstance(conformity_scores, str)
+        else list(conformity_scores)
     )
     for name in scores_chosen:
         if name not in CONFORMITY_SCORES:
@@ -747,8 +767,11 @@ def conformal_report(
         raise ValueError("conformity_scores is empty; name at least one.")
     levels = [
         _check_confidence_level(c)
-        for c in ([confidence_levels] if isinstance(confidence_levels, Real)
-                  else confidence_levels)
+        for c in (
+            [confidence_levels]
+            if isinstance(confidence_levels, Real)
+            else confidence_levels
+        )
     ]
     if not levels:
         raise ValueError("confidence_levels is empty; give at least one.")

@@ -342,7 +342,7 @@ def selective_risk(
 def coverage_at_risk(
     y_true, y_prob, *, risk, confidence=None, sample_weight=None, labels=None
 ):
-    """Largest coverage of a confidence threshold whose selective risk is at most ``risk``.
+    """Largest coverage of a confidence threshold with selective risk at most ``risk``.
 
     Only threshold rules (accept when the confidence is at least ``t``) are
     considered, so ties are accepted together: the coverage is one of

@@ -160,7 +160,8 @@ def median_set_size(y_set, *, sample_weight=None):
     Examples
     --------
     >>> from sklearn_calib.metrics import median_set_size
-    >>> median_set_size([[True, False, False], [True, True, True], [True, False, False]])
+    >>> sets = [[True, False, False], [True, True, True], [True, False, False]]
+    >>> median_set_size(sets)
     1.0
     """
     y_set = _check_sets(y_set)
