@@ -154,6 +154,15 @@ def _check_targets(y):
         check_classification_targets(y)
 
 
+def _accepts_sample_weight(estimator):
+    from inspect import Parameter, signature
+
+    parameters = signature(estimator.fit).parameters
+    return "sample_weight" in parameters or any(
+        p.kind is Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
 def _true_label_scores(scores, y_codes):
     return np.take_along_axis(scores, y_codes[:, None], axis=1)[:, 0]
 
@@ -436,18 +445,19 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             )
         return proba, None
 
-    def _scores(self, proba, u):
-        return _score_matrix(
-            proba,
-            self.conformity_score,
-            u,
-            raps_penalty=float(self.raps_penalty),
-            raps_k_reg=int(self.raps_k_reg),
-            saps_weight=float(self.saps_weight),
-        )
+    def _scoring_params(self):
+        """The parameters of the score function, as the constructor holds them."""
+        return {
+            "conformity_score": self.conformity_score,
+            "raps_penalty": float(self.raps_penalty),
+            "raps_k_reg": int(self.raps_k_reg),
+            "saps_weight": float(self.saps_weight),
+        }
 
-    def _uses_draws(self):
-        return self.randomized and self.conformity_score != "lac"
+    def _scores(self, proba, u):
+        # The parameters fixed by fit: changing them afterwards (set_params)
+        # without refitting cannot desynchronise scores and thresholds.
+        return _score_matrix(proba, u=u, **self._scoring)
 
     # -- fit -----------------------------------------------------------------
 
@@ -490,9 +500,17 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             proba, masked = self._probabilities_of_logits(X)
         else:
             self.calibrator_ = clone(self.calibrator)
-            fit_params = (
-                {} if sample_weight is None else {"sample_weight": sample_weight}
-            )
+            fit_params = {}
+            if sample_weight is not None:
+                sample_weight = check_sample_weight(sample_weight, X)
+                fit_params["sample_weight"] = sample_weight
+                if not _accepts_sample_weight(self.calibrator_):
+                    raise TypeError(
+                        f"{type(self.calibrator_).__name__}.fit does not accept "
+                        "sample_weight, so it would be fitted without the weights "
+                        "the conformal scores use. Fit it beforehand and pass "
+                        "FrozenEstimator(fitted), or drop the weights."
+                    )
             self.calibrator_.fit(X, y, **fit_params)
             y = np.asarray(to_numpy(y))
             if y.ndim == 2 and y.shape[1] == 1:
@@ -511,9 +529,12 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 f"{proba.shape[0]} and {y_codes.shape[0]}."
             )
 
+        self._scoring = self._scoring_params()
+        self._randomized = bool(self.randomized) and self.conformity_score != "lac"
+        self._conditional = self.conditional
         random_state = check_random_state(self.random_state)
         u = None
-        if self._uses_draws():
+        if self._randomized:
             u = random_state.uniform(size=proba.shape[0])
             self._prediction_seed = int(random_state.randint(np.iinfo(np.int32).max))
         scores = np.empty(proba.shape[0], dtype=np.float64)
@@ -532,7 +553,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 stacklevel=2,
             )
         self.conformity_scores_ = scores
-        if self.conditional == "marginal":
+        if self._conditional == "marginal":
             self._groups = [_SortedScores(scores, sample_weight)]
         else:
             self._groups = [
@@ -572,7 +593,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         quantiles = np.array([g.quantile(confidence_level) for g in self._groups])
         if warn and np.isinf(quantiles).any():
             needed = _minimum_samples(confidence_level)
-            if self.conditional == "marginal":
+            if self._conditional == "marginal":
                 where = f"the {self._groups[0].total:g} calibration sample(s)"
             else:
                 short = self.classes_[np.isinf(quantiles)].tolist()
@@ -588,7 +609,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 UserWarning,
                 stacklevel=3,
             )
-        return float(quantiles[0]) if self.conditional == "marginal" else quantiles
+        return float(quantiles[0]) if self._conditional == "marginal" else quantiles
 
     # -- prediction ----------------------------------------------------------
 
@@ -618,7 +639,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         )
         proba, masked = self._probabilities(X)
         u = None
-        if self._uses_draws():
+        if self._randomized:
             u = np.random.RandomState(self._prediction_seed).uniform(size=len(proba))
         sets = np.empty(proba.shape, dtype=bool)
         for rows in row_chunks(*proba.shape):
@@ -831,12 +852,14 @@ def conformal_report(
         # One draw per sample and split, shared by the score functions.
         draws = [rng.uniform(size=n_samples) for _ in splits] if randomized else None
         for name in scores_chosen:
-            estimator = ConformalClassifier(conformity_score=name)
+            scoring = ConformalClassifier(conformity_score=name)._scoring_params()
             drawn = randomized and name != "lac"
-            fixed = None if drawn else estimator._scores(proba, None)
+            fixed = None if drawn else _score_matrix(proba, **scoring)
             results = {level: ([], [], []) for level in levels}
             for index, perm in enumerate(splits):
-                scores = estimator._scores(proba, draws[index]) if drawn else fixed
+                scores = (
+                    _score_matrix(proba, u=draws[index], **scoring) if drawn else fixed
+                )
                 true_scores = _true_label_scores(scores, y_codes)
                 cal, held = perm[:n_cal], perm[n_cal:]
                 ranked = _SortedScores(true_scores[cal], np.ones(n_cal))

@@ -15,7 +15,7 @@ from .metrics._calibration import (
     _ece_values,
     curve_from_statistics,
 )
-from .metrics._selective import _statistics as _selective_statistics
+from .metrics._selective import _statistics as _risk_coverage_statistics
 from .metrics._selective import aurc_from_statistics
 from .utils._compat import check_is_fitted
 from .utils._validation import check_metric_inputs
@@ -621,7 +621,9 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        stats = _selective_statistics(y_true, y_prob, confidence, sample_weight, labels)
+        stats = _risk_coverage_statistics(
+            y_true, y_prob, confidence, sample_weight, labels
+        )
         area, _ = aurc_from_statistics(stats)
         errors = float(stats.cum_loss[-1])
         right = stats.total - errors

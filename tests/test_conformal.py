@@ -53,7 +53,12 @@ def c100():
 
 # Bare, the classifier reads X as logits (one column per class) and fails the
 # same checks as the calibrators, for the same reasons (utils/_testing.py).
-# Over a real classifier it must pass every check.
+# Over a real classifier it must pass every check. Some checks fit on 5
+# samples, too few for a finite 0.9 quantile: the warning is right there.
+TOO_FEW = "ignore:Too few calibration samples:UserWarning"
+
+
+@pytest.mark.filterwarnings(TOO_FEW)
 @parametrize_with_checks(
     [ConformalClassifier()], expected_failed_checks=expected_failed_checks
 )
@@ -61,6 +66,7 @@ def test_sklearn_compatible_on_logits(estimator, check):
     check(estimator)
 
 
+@pytest.mark.filterwarnings(TOO_FEW)
 @parametrize_with_checks([ConformalClassifier(LogisticRegression())])
 def test_sklearn_compatible_over_a_classifier(estimator, check):
     check(estimator)
@@ -578,6 +584,28 @@ def test_over_a_frozen_feature_classifier():
     assert clf.n_features_in_ == X.shape[1]
     np.testing.assert_allclose(clf.predict_proba(X[600:]), model.predict_proba(X[600:]))
     assert set_coverage(y[600:], clf.predict_set(X[600:])) > 0.8
+
+
+def test_calibrator_without_sample_weight_refuses_weights():
+    from sklearn.neighbors import KNeighborsClassifier
+
+    X, y = make_logits(n_samples=100, n_classes=3, seed=24)
+    with pytest.raises(TypeError, match="does not accept sample_weight"):
+        ConformalClassifier(KNeighborsClassifier()).fit(
+            X, y, sample_weight=np.ones(100)
+        )
+    # A frozen one is not refitted: the weights go to the scores only.
+    knn = KNeighborsClassifier().fit(X, y)
+    ConformalClassifier(FrozenEstimator(knn)).fit(X, y, sample_weight=np.ones(100))
+
+
+def test_parameters_changed_after_fit_do_not_apply_until_refit():
+    X, y = make_logits(n_samples=400, n_classes=5, seed=25)
+    clf = ConformalClassifier(conformity_score="aps", randomized=True, random_state=0)
+    clf.fit(X[:200], y[:200])
+    before = clf.predict_set(X[200:])
+    clf.set_params(conformity_score="top_k", randomized=False, conditional="class")
+    np.testing.assert_array_equal(clf.predict_set(X[200:]), before)
 
 
 def test_frozen_calibrator_rejects_unknown_labels():
