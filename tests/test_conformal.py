@@ -543,6 +543,75 @@ def test_equals_mapie_raps(c100_proba):
     assert np.all(ours <= shifted) and ours.sum() < shifted.sum()
 
 
+# --- crepes, on the same LAC scores --------------------------------------------------
+
+
+def _crepes_sets(cal_scores, test_scores, confidence):
+    crepes = pytest.importorskip("crepes")
+    cc = crepes.ConformalClassifier().fit(cal_scores)
+    return cc.predict_set(test_scores, confidence=confidence, smoothing=False) == 1
+
+
+@pytest.mark.parametrize("confidence_level", [0.9, 0.95, 0.99])
+def test_equals_crepes_lac(c100, confidence_level):
+    # crepes keeps a label when its p-value (#{cal >= s} + 1) / (n + 1) is at
+    # least 1 - confidence; with n = 5000 that level times n + 1 is never an
+    # integer here, where the two rules coincide (see the next test). crepes
+    # gets the same probabilities (this library's softmax) so that the scores
+    # agree to the last bit; it loops in Python, hence 300 test rows.
+    X, y = c100
+    X_cal, y_cal, X_test = X[:5000], y[:5000], X[5000:5300]
+    clf = ConformalClassifier(confidence_level=confidence_level).fit(X_cal, y_cal)
+    P_cal, P_test = clf.predict_proba(X_cal), clf.predict_proba(X_test)
+    cal_scores = 1 - P_cal[np.arange(len(y_cal)), y_cal]
+    theirs = _crepes_sets(cal_scores, 1 - P_test, confidence_level)
+    np.testing.assert_array_equal(clf.predict_set(X_test), theirs)
+
+
+def test_crepes_keeps_the_boundary_p_value():
+    """When alpha * (n + 1) is an integer, crepes's ``p >= alpha`` keeps the
+    label whose p-value equals alpha (one more order statistic: here n = 99,
+    alpha = 0.1); this library's threshold is the ceil((n + 1)(1 - alpha))-th
+    score, which is ``p > alpha``, the same as crepes a hair below the level.
+    """
+    X, y = make_logits(n_samples=400, n_classes=5, seed=26)
+    clf = ConformalClassifier().fit(X[:99], y[:99])
+    ours, P = clf.predict_set(X[99:]), clf.predict_proba(X)
+    cal_scores = 1 - P[np.arange(99), y[:99]]
+    np.testing.assert_array_equal(
+        ours, _crepes_sets(cal_scores, 1 - P[99:], 0.9 - 1e-9)
+    )
+    boundary = _crepes_sets(cal_scores, 1 - P[99:], 0.9)
+    assert np.all(ours <= boundary) and boundary.sum() > ours.sum()
+
+
+def test_equals_crepes_label_conditional():
+    data = load_shared("c10_resnet56_chenyaofo")
+    X_cal, y_cal = data["logits_val"].astype(float), data["y_val"]
+    X_test = data["logits_test"][:2000].astype(float)
+    clf = ConformalClassifier(conditional="class").fit(X_cal, y_cal)
+    ours = clf.predict_set(X_test)
+    P_cal, P_test = clf.predict_proba(X_cal), clf.predict_proba(X_test)
+    crepes = pytest.importorskip("crepes")
+    cc = crepes.ConformalClassifier().fit(
+        1 - P_cal[np.arange(len(y_cal)), y_cal], bins=y_cal
+    )
+    # Label-conditional: label k of every sample is judged in the bin of class k.
+    theirs = np.column_stack(
+        [
+            cc.predict_set(
+                1 - P_test[:, [k]],
+                bins=np.full(len(P_test), k),
+                confidence=0.9,
+                smoothing=False,
+            )[:, 0]
+            == 1
+            for k in range(10)
+        ]
+    )
+    np.testing.assert_array_equal(ours, theirs)
+
+
 # --- composition with calibrators -----------------------------------------------------
 
 
