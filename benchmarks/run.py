@@ -31,6 +31,7 @@ BENCHMARKS = [
     "bench_classifier",
     "bench_quality",
     "bench_memory",
+    "bench_conformal",
 ]
 
 

@@ -4,6 +4,11 @@ Every metric takes ``(y_true, y_prob, *, ..., sample_weight=None, labels=None)``
 in scikit-learn's vocabulary, returns a Python float and is a loss (lower is
 better). The binned metrics share one binning implementation and convention
 (``docs/user_guide/binning.rst``); their scorers are named ``neg_<metric>``.
+
+The metrics of prediction sets (``set_coverage``, ``mean_set_size``, ...) take
+the boolean sets of a conformal classifier instead of probabilities; their
+names end in neither ``_error`` nor ``_loss``, as they are not calibration
+losses.
 """
 
 from ._bootstrap import BootstrapInterval, bootstrap_interval
@@ -27,13 +32,26 @@ from ._scorer import (
     get_scorer,
     get_scorer_names,
     neg_adaptive_calibration_error,
+    neg_aurc,
     neg_brier_score,
     neg_classwise_calibration_error,
+    neg_excess_aurc,
     neg_expected_calibration_error,
     neg_log_loss,
     neg_maximum_calibration_error,
+    neg_mean_set_size,
+    neg_median_set_size,
     neg_rms_calibration_error,
     neg_smooth_calibration_error,
+)
+from ._sets import (
+    SetSizeCoverage,
+    classwise_coverage,
+    mean_set_size,
+    median_set_size,
+    set_coverage,
+    size_stratified_coverage,
+    worst_class_coverage,
 )
 from ._smooth import smooth_calibration_error
 
@@ -41,6 +59,7 @@ __all__ = [
     "BootstrapInterval",
     "BrierDecomposition",
     "CalibrationCurve",
+    "SetSizeCoverage",
     "adaptive_calibration_error",
     "bootstrap_interval",
     "brier_score",
@@ -48,19 +67,29 @@ __all__ = [
     "calibration_curve",
     "calibration_report",
     "classwise_calibration_error",
+    "classwise_coverage",
     "expected_calibration_error",
     "get_scorer",
     "get_scorer_names",
     "log_loss",
     "maximum_calibration_error",
+    "mean_set_size",
+    "median_set_size",
     "neg_adaptive_calibration_error",
     "neg_brier_score",
     "neg_classwise_calibration_error",
     "neg_expected_calibration_error",
+    "neg_aurc",
+    "neg_excess_aurc",
     "neg_log_loss",
     "neg_maximum_calibration_error",
+    "neg_mean_set_size",
+    "neg_median_set_size",
     "neg_rms_calibration_error",
     "neg_smooth_calibration_error",
     "rms_calibration_error",
+    "set_coverage",
+    "size_stratified_coverage",
     "smooth_calibration_error",
+    "worst_class_coverage",
 ]

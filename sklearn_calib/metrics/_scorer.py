@@ -7,6 +7,11 @@ metric as ``labels``, so string labels and test folds that miss a class are
 scored against the right columns. Nothing is written into scikit-learn's
 scorer table: :func:`get_scorer` looks names up here first, then in
 scikit-learn.
+
+Beside them: ``neg_aurc`` and ``neg_excess_aurc`` (selective prediction, on
+``predict_proba``), and the prediction-set scorers ``set_coverage``,
+``worst_class_coverage`` (greater is better), ``neg_mean_set_size`` and
+``neg_median_set_size``, which call the estimator's ``predict_set``.
 """
 
 import copy
@@ -24,6 +29,13 @@ from ._calibration import (
     rms_calibration_error,
 )
 from ._proper import brier_score, log_loss
+from ._selective import aurc, excess_aurc
+from ._sets import (
+    mean_set_size,
+    median_set_size,
+    set_coverage,
+    worst_class_coverage,
+)
 from ._smooth import smooth_calibration_error
 
 
@@ -66,6 +78,40 @@ neg_smooth_calibration_error = _calibration_scorer(smooth_calibration_error)
 neg_brier_score = _calibration_scorer(brier_score)
 neg_log_loss = _calibration_scorer(log_loss)
 
+# Selective prediction: the area under the risk-coverage curve of predict_proba.
+neg_aurc = _calibration_scorer(aurc)
+neg_excess_aurc = _calibration_scorer(excess_aurc)
+
+
+# Prediction sets: scored on ``predict_set`` (a response method scikit-learn
+# does not know, given as a one-element list, which make_scorer accepts), so
+# they apply to sklearn_calib.conformal.ConformalClassifier and its kin.
+def _set_scorer(metric, *, greater_is_better):
+    return _ClassesScorer.from_scorer(
+        make_scorer(
+            metric,
+            response_method=["predict_set"],
+            greater_is_better=greater_is_better,
+        )
+    )
+
+
+def _of_sets(size_metric):
+    """``size_metric(y_set)`` as a metric of ``(y_true, y_set)`` for a scorer."""
+
+    def metric(y_true, y_set, *, sample_weight=None, labels=None):
+        return size_metric(y_set, sample_weight=sample_weight)
+
+    metric.__name__ = metric.__qualname__ = size_metric.__name__
+    metric.__doc__ = size_metric.__doc__
+    return metric
+
+
+set_coverage_scorer = _set_scorer(set_coverage, greater_is_better=True)
+worst_class_coverage_scorer = _set_scorer(worst_class_coverage, greater_is_better=True)
+neg_mean_set_size = _set_scorer(_of_sets(mean_set_size), greater_is_better=False)
+neg_median_set_size = _set_scorer(_of_sets(median_set_size), greater_is_better=False)
+
 _SCORERS = {
     "neg_expected_calibration_error": neg_expected_calibration_error,
     "neg_adaptive_calibration_error": neg_adaptive_calibration_error,
@@ -75,6 +121,12 @@ _SCORERS = {
     "neg_smooth_calibration_error": neg_smooth_calibration_error,
     "neg_brier_score": neg_brier_score,
     "neg_log_loss": neg_log_loss,
+    "neg_aurc": neg_aurc,
+    "neg_excess_aurc": neg_excess_aurc,
+    "set_coverage": set_coverage_scorer,
+    "worst_class_coverage": worst_class_coverage_scorer,
+    "neg_mean_set_size": neg_mean_set_size,
+    "neg_median_set_size": neg_median_set_size,
 }
 
 
