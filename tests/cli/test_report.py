@@ -483,7 +483,9 @@ def test_report_prediction_sets_equal_the_python_api(capsys, npz_two_splits, log
         random_state=3,
         as_frame=False,
     )
-    entries = [e for e in report["prediction_sets"] if e["model"] == "TemperatureScaling"]
+    entries = [
+        e for e in report["prediction_sets"] if e["model"] == "TemperatureScaling"
+    ]
     assert len(entries) == len(expected) == 6
     for got, want in zip(entries, expected, strict=True):
         assert got["conformity_score"] == want["conformity_score"]
@@ -501,8 +503,13 @@ def test_report_prediction_sets_equal_the_python_api(capsys, npz_two_splits, log
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
 def test_report_shows_a_prediction_set_section(capsys, npz_two_splits, fmt):
     status, out, err = call(
-        capsys, "report", npz_two_splits, "--methods", "TemperatureScaling",
-        "--format", fmt,
+        capsys,
+        "report",
+        npz_two_splits,
+        "--methods",
+        "TemperatureScaling",
+        "--format",
+        fmt,
     )
     assert status == 0, err
     assert "Prediction sets (split conformal" in out
