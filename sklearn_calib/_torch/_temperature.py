@@ -130,6 +130,13 @@ def _shift(logits):
         low = _finite_row_min(logits, high, _block_rows(logits))
     # Half gaps, so that float64 logits near its range do not overflow here.
     half_gap = float((0.5 * high.to(torch.float64) - 0.5 * low.to(torch.float64)).max())
+    if not math.isfinite(half_gap):
+        # Callers pass validated logits; features derived from them (a
+        # difference of two logits) can still overflow or hold +inf.
+        raise ValueError(
+            "The logits (or features derived from them) contain +inf or NaN; "
+            "they must be finite numbers or -inf (a masked class)."
+        )
     half_limit = 0.5 * finfo.max * 2.0**-_HEADROOM_BITS
     if half_gap <= half_limit:
         return torch.sub(logits, high.view(-1, 1)), 1.0, masked

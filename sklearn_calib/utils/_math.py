@@ -26,7 +26,9 @@ def softmax(logits, *, out=None):
 
     ``out`` may be ``logits`` itself to work in place.
     """
-    out = np.subtract(logits, _row_max(logits), out=out)
+    # A gap beyond the float range overflows to -inf: probability 0, its limit.
+    with np.errstate(over="ignore"):
+        out = np.subtract(logits, _row_max(logits), out=out)
     np.exp(out, out=out)
     out /= out.sum(axis=1, keepdims=True)
     return out
@@ -34,7 +36,8 @@ def softmax(logits, *, out=None):
 
 def log_softmax(logits, *, out=None):
     """Row-wise log-softmax of a 2-D array, shifted by the row maximum."""
-    out = np.subtract(logits, _row_max(logits), out=out)
+    with np.errstate(over="ignore"):  # -inf: the limit, as in softmax
+        out = np.subtract(logits, _row_max(logits), out=out)
     out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
     return out
 
