@@ -17,6 +17,10 @@ class TemperatureModule(nn.Module):
         self.register_buffer(
             "inverse_temperature", torch.tensor(inverse, dtype=torch.float64)
         )
+        # T < 1 can overflow z / T: the logits are then shifted first, so
+        # that a small T sends them to -inf, never +inf. T >= 1 cannot, and
+        # the shift could itself overflow on logits near the float range.
+        self.shift_first = bool(inverse > 1.0)
         # float32 logits spread by less than ~1e-38 fit a T whose inverse is
         # beyond float32's range: it is then applied as two factors, a power
         # of two and the rest, each representable (as predict_proba does).
@@ -25,14 +29,14 @@ class TemperatureModule(nn.Module):
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         if logits.shape[-1] == 1:
             logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
-        # Shifted first, so that a small T sends logits to -inf, never +inf.
-        shifted = logits - logits.amax(dim=-1, keepdim=True)
         scale = self.inverse_temperature
+        if self.shift_first:
+            logits = logits - logits.amax(dim=-1, keepdim=True)
         if self.split_scale:
             power = torch.exp2(torch.floor(torch.log2(scale) / 2))
-            shifted = shifted * power.to(logits.dtype)
+            logits = logits * power.to(logits.dtype)
             scale = scale / power
-        return torch.log_softmax(shifted * scale.to(logits.dtype), dim=-1)
+        return torch.log_softmax(logits * scale.to(logits.dtype), dim=-1)
 
 
 class SmartModule(nn.Module):
