@@ -12,8 +12,14 @@ multiclass problem:
 
 Calibrated probabilities are floored at ``PROBA_FLOOR`` before the
 renormalisation, so that :meth:`transform` (log-probabilities) never returns
-``-inf``. A one-vs-rest row whose calibrated values are all zero falls back to
-the uncalibrated softmax row.
+``-inf`` for a class with a finite logit. A one-vs-rest row whose calibrated
+values are all zero falls back to the uncalibrated softmax row.
+
+Masked classes (``-inf`` logits) keep probability exactly 0. They are left out
+of the fit of their class's one-vs-rest map (the model rules them out; they say
+nothing about how its other probabilities are calibrated), and a class with no
+unmasked calibration sample keeps the identity map (isotonic) or the bin
+mid-points (histogram): no data, no correction.
 """
 
 from numbers import Integral
@@ -40,15 +46,36 @@ def _top_label_targets(proba, y):
     return predicted, confidence, (predicted == y).astype(np.float64)
 
 
-def _binary_problems(proba, y, mode):
-    """(scores, 0/1 targets) of each binary map: one per class, or the top label."""
+def _binary_problems(proba, y, mode, sample_weight, masked):
+    """(scores, 0/1 targets, weights) of each binary map: per class, or the top label.
+
+    A class's map is fitted on the rows where that class is not masked. Only
+    the ratios of the weights matter: they are divided by their maximum, so
+    that their scale (1e-310 or 1e300) changes no sum's precision.
+    """
+    sample_weight = sample_weight / sample_weight.max()
     if mode == "top_label":
         _, scores, targets = _top_label_targets(proba, y)
-        return [(scores, targets)]
-    return [(proba[:, k], (y == k).astype(np.float64)) for k in range(proba.shape[1])]
+        return [(scores, targets, sample_weight)]
+    problems = []
+    for k in range(proba.shape[1]):
+        scores, targets = proba[:, k], (y == k).astype(np.float64)
+        if masked is not None and masked[:, k].any():
+            keep = ~masked[:, k]
+            scores, targets = scores[keep], targets[keep]
+            problems.append((scores, targets, sample_weight[keep]))
+        else:
+            problems.append((scores, targets, sample_weight))
+    return problems
 
 
-def _apply_top_label(proba, new_confidence):
+def _masked_classes(logits):
+    """Boolean mask of the ``-inf`` (masked) logits, or None when there are none."""
+    masked = np.isneginf(logits)
+    return masked if masked.any() else None
+
+
+def _apply_top_label(proba, new_confidence, masked=None):
     """Set the predicted class to ``new_confidence`` and rescale the others."""
     rows = np.arange(proba.shape[0])
     predicted = proba.argmax(axis=1)
@@ -58,26 +85,44 @@ def _apply_top_label(proba, new_confidence):
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(rest > 0, (1.0 - new_confidence) / rest, 0.0)
     out *= scale[:, None]
-    # A row whose other classes were exactly 0 shares the freed mass equally.
-    n_classes = proba.shape[1]
+    # A row whose other classes were exactly 0 shares the freed mass equally
+    # among its other unmasked classes; with none (every other class masked)
+    # the row stays one-hot.
     degenerate = rest <= 0
     if np.any(degenerate):
-        out[degenerate] = (1.0 - new_confidence[degenerate, None]) / max(
-            n_classes - 1, 1
+        open_classes = np.ones((int(degenerate.sum()), proba.shape[1]), dtype=bool)
+        if masked is not None:
+            open_classes &= ~masked[degenerate]
+        open_classes[np.arange(open_classes.shape[0]), predicted[degenerate]] = False
+        n_open = open_classes.sum(axis=1)
+        share = np.where(n_open > 0, 1.0 - new_confidence[degenerate], 0.0)
+        out[degenerate] = open_classes * (share / np.maximum(n_open, 1))[:, None]
+        new_confidence = new_confidence.copy()
+        new_confidence[degenerate] = np.where(
+            n_open > 0, new_confidence[degenerate], 1.0
         )
     out[rows, predicted] = new_confidence
     return out
 
 
-def _finish(calibrated, uncalibrated):
-    """Floor, fall back for empty rows, renormalise, and return log-probabilities."""
+def _finish(calibrated, uncalibrated, masked=None):
+    """Floor, fall back for empty rows, renormalise, and return log-probabilities.
+
+    Masked entries (``masked``, ``-inf`` logits) stay exactly 0: log-probability
+    ``-inf``.
+    """
     calibrated = np.clip(calibrated, 0.0, 1.0)
+    if masked is not None:
+        calibrated[masked] = 0.0
     empty = calibrated.sum(axis=1) <= 0
     if np.any(empty):
         calibrated[empty] = uncalibrated[empty]
     np.maximum(calibrated, PROBA_FLOOR, out=calibrated)
+    if masked is not None:
+        calibrated[masked] = 0.0
     calibrated /= calibrated.sum(axis=1, keepdims=True)
-    return np.log(calibrated)
+    with np.errstate(divide="ignore"):  # log(0) = -inf for masked classes
+        return np.log(calibrated)
 
 
 class IsotonicCalibration(BaseCalibrator):
@@ -166,11 +211,17 @@ class IsotonicCalibration(BaseCalibrator):
         self.mode = mode
 
     def _fit(self, logits, y, sample_weight):
-        problems = _binary_problems(_probabilities(logits), y, self.mode)
+        problems = _binary_problems(
+            _probabilities(logits), y, self.mode, sample_weight, _masked_classes(logits)
+        )
         self.X_thresholds_, self.y_thresholds_ = [], []
-        for scores, targets in problems:
+        for scores, targets, weights in problems:
+            if not np.any(weights > 0):  # masked in every calibration row
+                self.X_thresholds_.append(np.array([0.0, 1.0]))
+                self.y_thresholds_.append(np.array([0.0, 1.0]))
+                continue
             iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
-            iso.fit(scores, targets, sample_weight=sample_weight)
+            iso.fit(scores, targets, sample_weight=weights)
             self.X_thresholds_.append(iso.X_thresholds_)
             self.y_thresholds_.append(iso.y_thresholds_)
 
@@ -182,14 +233,15 @@ class IsotonicCalibration(BaseCalibrator):
 
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)
+        masked = _masked_classes(logits)
         if self.mode == "top_label":
             _, confidence, _ = _top_label_targets(proba, np.zeros(proba.shape[0]))
-            calibrated = _apply_top_label(proba, self._map(0, confidence))
+            calibrated = _apply_top_label(proba, self._map(0, confidence), masked)
         else:
             calibrated = np.column_stack(
                 [self._map(k, proba[:, k]) for k in range(proba.shape[1])]
             )
-        return _finish(calibrated, proba)
+        return _finish(calibrated, proba, masked)
 
 
 def _weighted_quantile_edges(scores, weights, n_bins):
@@ -244,7 +296,9 @@ class HistogramBinning(BaseCalibrator):
     bin_values_ : ndarray of shape (n_maps, n_bins)
         Calibrated value of each bin.
     bin_counts_ : ndarray of shape (n_maps, n_bins)
-        Calibration weight that fell in each bin.
+        Calibration weight that fell in each bin, in units of the largest
+        sample weight (the number of samples for unit weights); masked
+        entries of a class are not counted in its bins.
     classes_ : ndarray of shape (n_classes,)
         Class labels.
     n_features_in_ : int
@@ -288,7 +342,7 @@ class HistogramBinning(BaseCalibrator):
         self.mode = mode
 
     def _edges(self, scores, weights):
-        if self.strategy == "uniform":
+        if self.strategy == "uniform" or not np.any(weights > 0):
             return np.linspace(0.0, 1.0, self.n_bins + 1)
         inner = _weighted_quantile_edges(scores, weights, self.n_bins)
         return np.concatenate([[0.0], inner, [1.0]])
@@ -301,18 +355,18 @@ class HistogramBinning(BaseCalibrator):
         return np.searchsorted(inner, scores, side="left")
 
     def _fit(self, logits, y, sample_weight):
-        problems = _binary_problems(_probabilities(logits), y, self.mode)
+        problems = _binary_problems(
+            _probabilities(logits), y, self.mode, sample_weight, _masked_classes(logits)
+        )
         n_maps = len(problems)
         self.bin_edges_ = np.empty((n_maps, self.n_bins + 1))
         self.bin_values_ = np.empty((n_maps, self.n_bins))
         self.bin_counts_ = np.empty((n_maps, self.n_bins))
-        for m, (scores, targets) in enumerate(problems):
-            self.bin_edges_[m] = self._edges(scores, sample_weight)
+        for m, (scores, targets, weights) in enumerate(problems):
+            self.bin_edges_[m] = self._edges(scores, weights)
             index = self._bin_index(m, scores)
-            mass = np.bincount(index, weights=sample_weight, minlength=self.n_bins)
-            hits = np.bincount(
-                index, weights=sample_weight * targets, minlength=self.n_bins
-            )
+            mass = np.bincount(index, weights=weights, minlength=self.n_bins)
+            hits = np.bincount(index, weights=weights * targets, minlength=self.n_bins)
             midpoints = 0.5 * (self.bin_edges_[m, :-1] + self.bin_edges_[m, 1:])
             with np.errstate(divide="ignore", invalid="ignore"):
                 self.bin_values_[m] = np.where(mass > 0, hits / mass, midpoints)
@@ -320,10 +374,11 @@ class HistogramBinning(BaseCalibrator):
 
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)
+        masked = _masked_classes(logits)
         if self.mode == "top_label":
             _, confidence, _ = _top_label_targets(proba, np.zeros(proba.shape[0]))
             new = self.bin_values_[0][self._bin_index(0, confidence)]
-            calibrated = _apply_top_label(proba, new)
+            calibrated = _apply_top_label(proba, new, masked)
         elif self.strategy == "uniform":
             # Every class shares the edges: one pass bins the whole block.
             index = uniform_bin_index(proba, self.n_bins)
@@ -335,4 +390,4 @@ class HistogramBinning(BaseCalibrator):
                     for k in range(proba.shape[1])
                 ]
             )
-        return _finish(calibrated, proba)
+        return _finish(calibrated, proba, masked)

@@ -73,11 +73,25 @@ class TemperatureScaling(BaseCalibrator):
     the true class equals the mean expected logit. When every calibration
     sample is classified correctly and separably, the NLL decreases for ever
     as ``T -> 0``; when the logits carry no ranking information it is lowest
-    as ``T -> infinity``. The calibrated logit spread ``z / T`` is therefore
-    bounded to ``[1e-4, 1e4]`` times the mean gap between each row's maximum
-    and mean logit, and a warning is raised when the optimum sits on a bound.
+    as ``T -> infinity``. ``T`` is therefore bounded relative to the logits'
+    own scales, and a warning is raised when the optimum sits on a bound:
+    ``T >= 1e-4 g`` with ``g`` the median gap between a row's top logit and
+    the next lower one, and ``T <= 1e4 s`` with ``s`` the larger of ``g`` and
+    the mean gap between a row's maximum and the mean of its finite logits.
+    For float32 logits ``T`` also stays below about ``2^28 g`` (``2^476 g``
+    for float64), beyond which the derivatives are not representable.
     Constant logits (the same value in every column) leave ``T = 1`` with a
     warning.
+
+    Masked classes, ``-inf`` logits, have probability exactly 0 at every
+    temperature and do not enter the bounds: adding a masked column changes
+    neither ``T`` nor the other columns' probabilities. A finite fill such as
+    ``-1e9`` or ``np.finfo(np.float32).min`` gives the same ``T`` whenever
+    its probability underflows to exactly 0 at the fitted temperature (it
+    only widens the upper bound of ``T``). A sample labelled with a masked
+    class has likelihood 0 at every temperature and raises a ``ValueError``.
+    Only the ratios of ``sample_weight`` matter: multiplying every weight by
+    a constant changes nothing.
 
     References
     ----------
@@ -146,14 +160,14 @@ class TemperatureScaling(BaseCalibrator):
         elif result.status == "constant":
             warnings.warn(
                 "The logits are constant across classes in every row (or "
-                "spread by less than 1e-289); the temperature has no effect "
-                "and was left at T = 1.",
+                "spread by less than 1e-289, or every row has a single finite "
+                "logit); the temperature has no effect and was left at T = 1.",
                 UserWarning,
                 stacklevel=4,
             )
 
     def _calibrated_logits(self, logits):
-        return scale_logits(logits, logits.dtype.type(1.0 / self.temperature_))
+        return scale_logits(logits, 1.0 / self.temperature_)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.

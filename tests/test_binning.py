@@ -297,3 +297,107 @@ def test_extreme_logits_give_finite_log_probabilities(calibrator):
     proba = calibrator.predict_proba(extreme)
     assert not np.any(np.isnan(proba))
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+# --- masked classes (-inf logits) ---------------------------------------------------
+
+
+def partially_masked(seed, n_samples=1500, n_classes=4):
+    """Logits with a fifth of the entries masked, never the label's."""
+    X, y = make_logits(n_samples=n_samples, n_classes=n_classes, seed=seed)
+    rng = np.random.default_rng(seed)
+    masked = rng.random(X.shape) < 0.2
+    masked[np.arange(n_samples), y] = False
+    X[masked] = -np.inf
+    return X, y, masked
+
+
+def test_isotonic_class_maps_are_fitted_on_the_rows_where_the_class_is_open():
+    X, y, masked = partially_masked(seed=31)
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
+    iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
+    p = softmax(X, axis=1)
+    for k in range(4):
+        rows = ~masked[:, k]
+        reference = sklearn_isotonic(p[rows, k], y[rows] == k, weights[rows])
+        np.testing.assert_allclose(iso.X_thresholds_[k], reference.X_thresholds_)
+        np.testing.assert_allclose(iso.y_thresholds_[k], reference.y_thresholds_)
+    X_new, _, masked_new = partially_masked(seed=32, n_samples=300)
+    p_new = softmax(X_new, axis=1)
+    expected = np.column_stack(
+        [
+            sklearn_isotonic(p[~masked[:, k], k], y[~masked[:, k]] == k,
+                             weights[~masked[:, k]]).predict(p_new[:, k])
+            for k in range(4)
+        ]
+    )
+    expected = np.where(masked_new, 0.0, np.maximum(expected, 1e-12))
+    expected /= expected.sum(axis=1, keepdims=True)
+    proba = iso.predict_proba(X_new)
+    np.testing.assert_allclose(proba, expected, rtol=1e-10, atol=1e-12)
+    assert np.all(proba[masked_new] == 0)
+
+
+def test_histogram_counts_only_the_open_entries_of_each_class():
+    X, y, masked = partially_masked(seed=33)
+    hb = HistogramBinning(n_bins=10).fit(X, y)
+    p = softmax(X, axis=1)
+    for k in range(4):
+        rows = ~masked[:, k]
+        index = np.clip(np.ceil(p[rows, k] * 10).astype(int) - 1, 0, 9)
+        counts = np.bincount(index, minlength=10)
+        hits = np.bincount(index, weights=(y[rows] == k), minlength=10)
+        np.testing.assert_array_equal(hb.bin_counts_[k], counts)
+        occupied = counts > 0
+        np.testing.assert_allclose(
+            hb.bin_values_[k][occupied], hits[occupied] / counts[occupied]
+        )
+
+
+@pytest.mark.parametrize(
+    "calibrator", [IsotonicCalibration(), HistogramBinning(n_bins=5)], ids=repr
+)
+def test_a_class_masked_in_every_calibration_row_is_left_uncalibrated(calibrator):
+    # No calibration data for the class: identity map (isotonic), bin
+    # mid-points (histogram). Where it is open at prediction, it competes.
+    X, y = make_logits(n_samples=600, n_classes=3, seed=34)
+    y = np.where(y == 2, 0, y)
+    X[:, 2] = -np.inf
+    calibrator.fit(X, y)
+    if isinstance(calibrator, IsotonicCalibration):
+        np.testing.assert_array_equal(calibrator.X_thresholds_[2], [0.0, 1.0])
+        np.testing.assert_array_equal(calibrator.y_thresholds_[2], [0.0, 1.0])
+    else:
+        np.testing.assert_array_equal(calibrator.bin_counts_[2], 0.0)
+        np.testing.assert_allclose(calibrator.bin_values_[2], [0.1, 0.3, 0.5, 0.7, 0.9])
+    assert np.all(calibrator.predict_proba(X)[:, 2] == 0)
+    open_row = np.array([[0.0, 0.0, 0.0]])
+    assert calibrator.predict_proba(open_row)[0, 2] > 0
+
+
+@pytest.mark.parametrize(
+    "calibrator",
+    [IsotonicCalibration(mode="top_label"), HistogramBinning(mode="top_label")],
+    ids=repr,
+)
+def test_top_label_rows_without_mass_elsewhere_share_it_among_open_classes(calibrator):
+    X, y = make_logits(n_samples=800, n_classes=4, seed=35)
+    # Noisy labels: even the most confident predictions are wrong at times,
+    # so the calibrated confidence of a one-hot row stays well below 1.
+    noisy = np.random.default_rng(0).random(800) < 0.2
+    noisy[np.argsort(softmax(X, axis=1).max(axis=1))[::-4][:10]] = True
+    y = np.where(noisy, (X.argmax(axis=1) + 1) % 4, y)
+    calibrator.fit(X, y)
+    # Row 0: the other classes' probabilities underflow to 0 but are open;
+    # row 1: class 3 is masked; row 2: every other class is masked.
+    rows = np.array(
+        [[0.0, -800.0, -900.0, -1000.0], [0.0, -800.0, -900.0, -np.inf],
+         [0.0, -np.inf, -np.inf, -np.inf]]
+    )
+    proba = calibrator.predict_proba(rows)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    confidence = proba[0, 0]
+    assert confidence < 0.99
+    np.testing.assert_allclose(proba[0, 1:], (1 - confidence) / 3)
+    np.testing.assert_allclose(proba[1], [confidence, *[(1 - confidence) / 2] * 2, 0])
+    np.testing.assert_array_equal(proba[2], [1.0, 0.0, 0.0, 0.0])

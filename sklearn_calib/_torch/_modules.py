@@ -8,21 +8,35 @@ class TemperatureModule(nn.Module):
     """Maps logits to calibrated log-probabilities: log_softmax(z / T).
 
     A single score column ``s`` (binary problem) is read as the logits (0, s).
+    ``-inf`` logits (masked classes) get log-probability ``-inf``.
     """
 
     def __init__(self, temperature: float):
         super().__init__()
+        inverse = 1.0 / temperature
         self.register_buffer(
-            "inverse_temperature", torch.tensor(1.0 / temperature, dtype=torch.float64)
+            "inverse_temperature", torch.tensor(inverse, dtype=torch.float64)
         )
+        # T < 1 can overflow z / T: the logits are then shifted first, so
+        # that a small T sends them to -inf, never +inf. T >= 1 cannot, and
+        # the shift could itself overflow on logits near the float range.
+        self.shift_first = bool(inverse > 1.0)
+        # float32 logits spread by less than ~1e-38 fit a T whose inverse is
+        # beyond float32's range: it is then applied as two factors, a power
+        # of two and the rest, each representable (as predict_proba does).
+        self.split_scale = bool(inverse > torch.finfo(torch.float32).max)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         if logits.shape[-1] == 1:
             logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
-        scale = self.inverse_temperature.to(logits.dtype)
-        # Shifted first, so that a small T sends logits to -inf, never +inf.
-        shifted = logits - logits.amax(dim=-1, keepdim=True)
-        return torch.log_softmax(shifted * scale, dim=-1)
+        scale = self.inverse_temperature
+        if self.shift_first:
+            logits = logits - logits.amax(dim=-1, keepdim=True)
+        if self.split_scale:
+            power = torch.exp2(torch.floor(torch.log2(scale) / 2))
+            logits = logits * power.to(logits.dtype)
+            scale = scale / power
+        return torch.log_softmax(logits * scale.to(logits.dtype), dim=-1)
 
 
 class SmartModule(nn.Module):
@@ -32,6 +46,7 @@ class SmartModule(nn.Module):
     calibration statistics, and T(m) = softplus(MLP(m)) + 0.1 (SMART). The
     network computes in the dtype of its buffers and parameters (float64
     unless converted). A single score column ``s`` is read as the logits (0, s).
+    ``-inf`` logits (masked classes) get log-probability ``-inf``.
     """
 
     def __init__(self, margin_mean: float, margin_std: float, coefs, intercepts):
@@ -59,6 +74,10 @@ class SmartModule(nn.Module):
         dtype = self.margin_mean.dtype
         top2 = torch.topk(logits, 2, dim=-1).values.to(dtype)
         margin = (top2[..., 0] - top2[..., 1] - self.margin_mean) / self.margin_std
+        # A single finite logit (the rest masked with -inf) gives an infinite
+        # margin; the row is one-hot at any temperature, which is taken at the
+        # mean margin (as predict_proba does) instead of the network's limit.
+        margin = torch.where(torch.isfinite(margin), margin, torch.zeros_like(margin))
         raw = self.network(margin.unsqueeze(-1)).squeeze(-1)
         temperature = nn.functional.softplus(raw) + 0.1
         scale = temperature.reciprocal().to(logits.dtype)
