@@ -13,6 +13,7 @@ import re
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,8 @@ from sklearn.utils import get_tags
 from sklearn_calib.datasets import load_logits
 from sklearn_calib.utils._testing import make_fast
 from sklearn_calib.utils.discovery import all_calibrators
+
+from .conftest import torch_jit_script
 
 torch = pytest.importorskip("torch")
 
@@ -160,3 +163,28 @@ def test_user_guide_export_snippet_runs(tmp_path, monkeypatch):
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "torch.Size([3, 10])"
+
+
+def test_torch_jit_script_helper_ignores_only_the_deprecation(monkeypatch):
+    # The TorchScript tests ignore torch 2.14's deprecation notice and nothing
+    # else: any other FutureWarning from scripting stays an error.
+    module = torch.nn.Identity()
+
+    def deprecated(m):
+        warnings.warn(
+            "`torch.jit.script` is deprecated. Please switch to `torch.compile` "
+            "or `torch.export`.",
+            FutureWarning,
+            stacklevel=2,
+        )
+        return m
+
+    def other_warning(m):
+        warnings.warn("some other change", FutureWarning, stacklevel=2)
+        return m
+
+    monkeypatch.setattr(torch.jit, "script", deprecated)
+    assert torch_jit_script(module) is module
+    monkeypatch.setattr(torch.jit, "script", other_warning)
+    with pytest.raises(FutureWarning, match="some other change"):
+        torch_jit_script(module)
