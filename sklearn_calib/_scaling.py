@@ -175,7 +175,9 @@ class TemperatureScaling(BaseCalibrator):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(z / T)``; scriptable with ``torch.jit.script``.
+            ``log_softmax(z / T)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import TemperatureModule
@@ -357,7 +359,9 @@ class VectorScaling(_AffineCalibrator):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(w * z + b)``; scriptable with ``torch.jit.script``.
+            ``log_softmax(w * z + b)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import VectorScalingModule
@@ -542,7 +546,9 @@ class MatrixScaling(_AffineCalibrator):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(W z + b)``; scriptable with ``torch.jit.script``.
+            ``log_softmax(W z + b)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import MatrixScalingModule
@@ -657,8 +663,9 @@ class DirichletCalibration(MatrixScaling):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(W log_softmax(z) + b)``; scriptable with
-            ``torch.jit.script``.
+            ``log_softmax(W log_softmax(z) + b)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import MatrixScalingModule
@@ -806,7 +813,9 @@ class PlattScaling(_AffineCalibrator):
         -------
         module : torch.nn.Module
             ``log_softmax((0, a s + c))`` with ``s`` the score column or the
-            difference of the two logits; scriptable with ``torch.jit.script``.
+            difference of the two logits;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import PlattModule

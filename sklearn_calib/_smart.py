@@ -389,7 +389,8 @@ class SMART(BaseCalibrator):
         module : torch.nn.Module
             ``log_softmax(z / T(m))`` on the last dimension, with the fitted
             margin statistics and network in float64 buffers and parameters;
-            scriptable with ``torch.jit.script``.
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import SmartModule

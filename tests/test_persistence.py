@@ -3,9 +3,9 @@
 Every calibrator found by discovery, bare and inside CalibratedClassifier, makes
 pickle, joblib and skops round trips that predict exactly the same; every
 ``to_torch`` module reproduces ``transform`` (log ``predict_proba``) and still
-does once compiled; and a calibrator fitted with ``device="cuda"`` pickles to
-plain numpy state that loads and predicts in a process without CUDA (and
-without torch at load time).
+does once scripted (``torch.export`` is tested in ``test_export.py``); and a
+calibrator fitted with ``device="cuda"`` pickles to plain numpy state that
+loads and predicts in a process without CUDA (and without torch at load time).
 """
 
 import io
@@ -29,6 +29,8 @@ from sklearn_calib import CalibratedClassifier, TemperatureScaling
 from sklearn_calib.utils._testing import make_fast, make_logits
 from sklearn_calib.utils.discovery import all_calibrators
 from sklearn_calib.utils.persistence import skops_trusted_types
+
+from .conftest import torch_jit_script
 
 CALIBRATORS = [cls for _, cls in all_calibrators()]
 IDS = [name for name, _ in all_calibrators()]
@@ -135,29 +137,6 @@ def test_trusted_types_list_every_public_estimator():
 # --- to_torch ---
 
 
-def _compile(module, example):
-    """``torch.jit.script`` the module, else ``torch.export`` it; fail if neither."""
-    import torch
-
-    try:
-        with warnings.catch_warnings():
-            # torch 2.x deprecates TorchScript in favour of torch.export.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return torch.jit.script(module)
-    except Exception as script_error:
-        try:
-            batch = torch.export.Dim("batch")
-            program = torch.export.export(
-                module, (example,), dynamic_shapes=({0: batch},)
-            )
-        except Exception as export_error:
-            pytest.fail(
-                f"{type(module).__name__} is neither scriptable ({script_error!r}) "
-                f"nor exportable ({export_error!r})"
-            )
-        return program.module()
-
-
 @pytest.mark.skipif(not WITH_TO_TORCH, reason="no calibrator has to_torch")
 @pytest.mark.parametrize(
     "cls", WITH_TO_TORCH, ids=[cls.__name__ for cls in WITH_TO_TORCH]
@@ -172,8 +151,9 @@ def test_to_torch_equals_log_predict_proba(cls, n_classes):
     module = calibrator.to_torch()
     assert isinstance(module, torch.nn.Module)
     expected = np.log(calibrator.predict_proba(X))
-    compiled = _compile(module, torch.from_numpy(X))
-    for net in (module, compiled):
+    # TorchScript here; torch.export (one program per dtype) in test_export.py.
+    scripted = torch_jit_script(module)
+    for net in (module, scripted):
         with torch.no_grad():
             out = net(torch.from_numpy(X))
         assert out.dtype == torch.float64

@@ -13,7 +13,7 @@ from sklearn_calib import SMART, TemperatureScaling
 from sklearn_calib.metrics import expected_calibration_error
 from sklearn_calib.utils._testing import make_logits
 
-from .conftest import load_shared
+from .conftest import load_shared, torch_jit_script
 
 torch = pytest.importorskip("torch")
 
@@ -386,7 +386,7 @@ def test_to_torch_matches_transform_and_scripts():
     module = smart.to_torch()
     out = module(torch.from_numpy(X))
     np.testing.assert_allclose(out.detach().numpy(), smart.transform(X), atol=1e-12)
-    scripted = torch.jit.script(module)
+    scripted = torch_jit_script(module)
     X32 = X.astype(np.float32)
     out32 = scripted(torch.from_numpy(X32))
     assert out32.dtype == torch.float32

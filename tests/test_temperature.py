@@ -14,7 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn_calib import TemperatureScaling
 from sklearn_calib.utils._testing import make_logits
 
-from .conftest import load_shared
+from .conftest import load_shared, torch_jit_script
 
 # Fitted T on the val part of every public set (../shared/data/PROVENANCE.md).
 PUBLISHED_T = {
@@ -262,7 +262,7 @@ def test_to_torch_matches_transform_and_scripts():
     np.testing.assert_allclose(
         module(torch.from_numpy(X)).numpy(), expected, atol=1e-12
     )
-    scripted = torch.jit.script(module)
+    scripted = torch_jit_script(module)
     np.testing.assert_allclose(
         scripted(torch.from_numpy(X)).numpy(), expected, atol=1e-12
     )
