@@ -95,28 +95,49 @@ def _pooled_mean(tw, ts, left, right, prefix, suffix):
             return ts / tw
 
 
+# Scores closer than this fraction of the pair's largest |score| are ties: a
+# model's outputs for identical inputs can differ in the last bits (BLAS
+# kernels sum in an order that depends on a row's position in the batch), and
+# a tie or not is a jump in the Venn-Abers probabilities.
+TIE_RTOL = 1e-12
+
+
 def venn_abers_table(scores, labels, weights):
     """Venn-Abers probabilities of every position of a test score.
 
     Parameters
     ----------
-    scores : ndarray of shape (n,), float64, finite
+    scores : ndarray of shape (n,), float64
     labels : ndarray of shape (n,) in {0, 1}
     weights : ndarray of shape (n,), positive
 
     Returns
     -------
-    thresholds : ndarray of shape (k,)
-        The distinct calibration scores, increasing.
+    intervals : ndarray of shape (k, 2)
+        The tie groups of the calibration scores, increasing: scores that
+        differ by at most ``TIE_RTOL`` times the largest ``|score|`` from their
+        neighbour form one group, and a test score within that tolerance of
+        a group's ``[smallest, largest]`` score ties with it. Each row holds
+        the group's interval widened by the tolerance.
     p0, p1 : ndarray of shape (2 k + 1,)
-        Position ``2 i`` is a test score strictly between ``thresholds[i-1]``
-        and ``thresholds[i]`` (below all, above all at the ends); position
-        ``2 i + 1`` is a test score equal to ``thresholds[i]``.
+        Position ``2 i`` is a test score between groups ``i - 1`` and ``i``
+        (below all, above all at the ends); position ``2 i + 1`` ties with
+        group ``i``.
     """
-    thresholds, inverse = np.unique(scores, return_inverse=True)
-    k = thresholds.shape[0]
-    group_w = np.bincount(inverse, weights=weights, minlength=k)
-    group_s = np.bincount(inverse, weights=weights * labels, minlength=k)
+    order = np.argsort(scores, kind="stable")
+    ordered = scores[order]
+    largest = float(np.max(np.abs(ordered), initial=0.0))
+    tol = TIE_RTOL * largest if np.isfinite(largest) else 0.0
+    starts = np.zeros(ordered.size, dtype=bool)
+    starts[:1] = True
+    starts[1:] = np.diff(ordered) > tol
+    group = np.cumsum(starts) - 1
+    k = int(np.count_nonzero(starts))
+    group_w = np.bincount(group, weights=weights[order], minlength=k)
+    group_s = np.bincount(group, weights=(weights * labels)[order], minlength=k)
+    first = np.flatnonzero(starts)
+    last = np.append(first[1:] - 1, ordered.size - 1) if k else first
+    intervals = np.column_stack([ordered[first] - tol, ordered[last] + tol])
     prefix = _prefix_blocks(group_w, group_s)
     suffix = _suffix_blocks(group_w, group_s)
     p0 = np.empty(2 * k + 1)
@@ -131,16 +152,16 @@ def venn_abers_table(scores, labels, weights):
             tw, ts = group_w[i] + 1.0, group_s[i]
             p0[2 * i + 1] = _pooled_mean(tw, ts, left, right, prefix, suffix)
             p1[2 * i + 1] = _pooled_mean(tw, ts + 1.0, left, right, prefix, suffix)
-    return thresholds, p0, p1
+    return intervals, p0, p1
 
 
-def _positions(thresholds, scores):
+def _positions(intervals, scores):
     """Table position of each test score (see :func:`venn_abers_table`)."""
-    i = np.searchsorted(thresholds, scores, side="left")
-    tie = np.zeros(scores.shape[0], dtype=bool)
-    inside = i < thresholds.shape[0]
-    tie[inside] = thresholds[i[inside]] == scores[inside]
-    return 2 * i + tie
+    # Groups starting at or below the score, and groups ending below it: one
+    # more of the former exactly when the score lies inside a group.
+    below_start = np.searchsorted(intervals[:, 0], scores, side="right")
+    below_end = np.searchsorted(intervals[:, 1], scores, side="left")
+    return below_start + below_end
 
 
 class VennAbersCalibration(BaseCalibrator):
@@ -184,15 +205,17 @@ class VennAbersCalibration(BaseCalibrator):
         Column indices ``(i, j)``, ``i < j``, of each binary problem; the
         positive class of pair ``(i, j)`` is ``classes_[j]``. A binary
         problem has the single pair ``(0, 1)``.
-    thresholds_ : ndarray
-        The distinct calibration scores of every pair, concatenated.
+    thresholds_ : ndarray of shape (n_groups, 2)
+        The tie groups of the calibration scores of every pair, concatenated:
+        each row is a group's smallest and largest score, widened by the tie
+        tolerance (see Notes).
     pair_offsets_ : ndarray of shape (n_pairs + 1,)
-        Pair ``m``'s thresholds are
+        Pair ``m``'s groups are
         ``thresholds_[pair_offsets_[m]:pair_offsets_[m + 1]]``.
     p0_, p1_ : ndarray
         The Venn-Abers probabilities of every position of a test score,
         concatenated over the pairs (``2 k + 1`` positions for ``k``
-        thresholds: the gaps and the ties).
+        groups: the gaps and the ties).
     classes_ : ndarray of shape (n_classes,)
         Class labels; the i-th logit column belongs to ``classes_[i]``.
     n_features_in_ : int
@@ -208,7 +231,11 @@ class VennAbersCalibration(BaseCalibrator):
     Notes
     -----
     Tied scores are pooled, as in :class:`~sklearn.isotonic.IsotonicRegression`;
-    a test score equal to a calibration score joins its tie group. Sample
+    a test score equal to a calibration score joins its tie group. Scores
+    that differ by at most ``1e-12`` times the pair's largest calibration
+    ``|score|`` count as equal: a model's outputs for identical inputs can
+    differ in their last bits (BLAS sums in an order that depends on where a
+    row sits in the batch), and tied or not is a jump in ``p0`` and ``p1``. Sample
     weights count as numbers of samples (integer weights give the same fit as
     repeated rows), and the test point always weighs 1, so multiplying every
     weight by a constant changes the interval (as more data would).
@@ -279,7 +306,7 @@ class VennAbersCalibration(BaseCalibrator):
             p1.append(table[2])
             offsets.append(offsets[-1] + table[0].shape[0])
         self.pairs_ = np.array(pairs, dtype=np.intp).reshape(-1, 2)
-        self.thresholds_ = np.concatenate(thresholds)
+        self.thresholds_ = np.concatenate(thresholds).reshape(-1, 2)
         self.pair_offsets_ = np.array(offsets, dtype=np.intp)
         self.p0_ = np.concatenate(p0)
         self.p1_ = np.concatenate(p1)
@@ -304,10 +331,9 @@ class VennAbersCalibration(BaseCalibrator):
         position = np.empty(scores.shape, dtype=np.intp)
         offsets = self.pair_offsets_
         for m in range(scores.shape[0]):
-            thresholds = self.thresholds_[offsets[m] : offsets[m + 1]]
-            # 2 i for a score in gap i, 2 i + 1 for a tie with thresholds[i].
-            position[m] = np.searchsorted(thresholds, scores[m], side="left")
-            position[m] += np.searchsorted(thresholds, scores[m], side="right")
+            position[m] = _positions(
+                self.thresholds_[offsets[m] : offsets[m + 1]], scores[m]
+            )
         # Pair m's 2 k + 1 positions start after the earlier pairs' positions.
         position += (2 * offsets[:-1] + np.arange(scores.shape[0]))[:, None]
         p0 = self.p0_[position]

@@ -10,6 +10,15 @@ import torch
 from torch import nn
 
 
+def _quarter_max(dtype: torch.dtype) -> float:
+    """A quarter of the largest finite value of ``dtype`` (TorchScript has no finfo)."""
+    if dtype == torch.float64:
+        return 4.49423283715579e307
+    if dtype == torch.float16:
+        return 16376.0
+    return 8.507059173023462e37  # float32 and bfloat16
+
+
 def _as_two_or_more(logits: torch.Tensor) -> torch.Tensor:
     if logits.shape[-1] == 1:
         logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
@@ -67,8 +76,8 @@ class BinaryFeatureModule(nn.Module):
         params = self.params.to(logits.dtype)
         masked = (logits == float("-inf")).any(dim=-1)
         score = logits[..., 1] - logits[..., 0]
-        limit64 = torch.finfo(torch.float64).max / 4
-        s = torch.nan_to_num(score, nan=0.0).clamp(-limit64, limit64)
+        bound = _quarter_max(logits.dtype)
+        s = torch.nan_to_num(score, nan=0.0).clamp(-bound, bound)
         zero = torch.zeros_like(s)
         if self.kind == "beta":
             # log_sigmoid(s) = -logaddexp(0, -s), softplus(s) = logaddexp(0, s)
@@ -80,8 +89,7 @@ class BinaryFeatureModule(nn.Module):
         else:
             u = s / params[3]
             f = params[2] + u * (params[0] + params[1] * u)
-        limit = torch.finfo(logits.dtype).max / 4
-        f = torch.clamp(f, -limit, limit)
+        f = torch.clamp(f, -bound, bound)
         calibrated = torch.stack([zero, f], dim=-1)
         out = torch.where(masked.unsqueeze(-1), logits, calibrated)
         return torch.log_softmax(out, dim=-1)
