@@ -312,8 +312,11 @@ class EnsembleTemperatureScaling(BaseCalibrator):
 
             def objective(w):
                 mix = P @ w
-                ratio = P / mix[:, None]
-                with np.errstate(divide="ignore"):
+                # A row whose true class has probability 0 under every
+                # weighted component makes f infinite: the line search then
+                # backs off (the start, the barycentre, is always finite).
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    ratio = P / mix[:, None]
                     f = -float(v @ np.log(mix))
                 return f, -(v @ ratio), (ratio * v[:, None]).T @ ratio
 

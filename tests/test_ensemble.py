@@ -189,3 +189,16 @@ def test_log_probabilities_stay_finite_for_extreme_logits():
     out = ets.transform(extreme)
     assert np.all(np.isfinite(out))
     np.testing.assert_allclose(np.exp(out).sum(), 1.0)
+
+
+def test_to_torch_keeps_masked_logits_at_zero():
+    torch = pytest.importorskip("torch")
+    logits, y = _noisy_labels(n=800, k=4, seed=7)
+    ets = EnsembleTemperatureScaling(device="cpu").fit(logits, y)
+    rows = np.array([[1.0, -np.inf, 0.5, -1.0], [-np.inf, 2.0, -np.inf, -np.inf]])
+    expected = ets._calibrated_logits(rows)
+    with torch.no_grad():
+        out = ets.to_torch()(torch.from_numpy(rows)).numpy()
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(out[finite], expected[finite], rtol=1e-12, atol=1e-15)

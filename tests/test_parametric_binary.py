@@ -235,6 +235,7 @@ def test_quadratic_equals_scipy_on_imdb():
 @pytest.mark.filterwarnings("ignore:'penalty' was deprecated:FutureWarning")
 def test_quadratic_matches_probmetrics():
     pytest.importorskip("probmetrics")
+    pytest.importorskip("numba")  # quadratic-scaling imports it from probmetrics.saga
     from probmetrics.calibrators import get_calibrator
 
     split = _imdb()
@@ -288,3 +289,17 @@ def test_quadratic_refuses_multiclass():
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="Only binary"):
         QuadraticScaling().fit(rng.normal(size=(30, 3)), np.arange(30) % 3)
+
+
+@pytest.mark.parametrize("cls", [BetaCalibration, QuadraticScaling])
+def test_to_torch_keeps_masked_rows_certain(cls):
+    torch = pytest.importorskip("torch")
+    s, y = _scores(n=500, seed=6)
+    calibrator = cls().fit(np.column_stack([np.zeros_like(s), s]), y)
+    rows = np.array([[1.0, -np.inf], [-np.inf, 2.0], [3.0, 1.0]])
+    with torch.no_grad():
+        out = calibrator.to_torch()(torch.from_numpy(rows)).numpy()
+    np.testing.assert_array_equal(np.exp(out[:2]), [[1.0, 0.0], [0.0, 1.0]])
+    np.testing.assert_allclose(
+        out[2], np.log(calibrator.predict_proba(rows[2:]))[0], rtol=1e-12
+    )

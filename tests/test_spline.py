@@ -160,3 +160,16 @@ def test_extreme_confidence_keeps_finite_log_probabilities():
     out = spline.transform(extreme)
     assert np.all(np.isfinite(out))
     assert out[0].argmax() == 0
+
+
+def test_to_torch_keeps_masked_logits_at_zero():
+    torch = pytest.importorskip("torch")
+    logits, y = make_logits(n_samples=1000, n_classes=4, seed=7)
+    spline = SplineCalibration().fit(logits, y)
+    rows = np.array([[2.0, -np.inf, 0.5, -1.0], [-np.inf, 3.0, -np.inf, -np.inf]])
+    expected = spline._calibrated_logits(rows)
+    with torch.no_grad():
+        out = spline.to_torch()(torch.from_numpy(rows)).numpy()
+    np.testing.assert_array_equal(np.isneginf(out), np.isneginf(expected))
+    finite = np.isfinite(expected)
+    np.testing.assert_allclose(out[finite], expected[finite], rtol=1e-12, atol=1e-15)
