@@ -173,13 +173,8 @@ def test_two_classes(calibrator):
     assert _fit_predict(calibrator, X, y).shape == (300, 2)
 
 
-# A full K x K weight matrix has 10^8 entries at K = 10,000, and one-vs-one
-# Venn-Abers 5 * 10^7 binary problems: refused by name.
-QUADRATIC_IN_K = {
-    "MatrixScaling": "10,000 classes has 100,010,000 param",
-    "DirichletCalibration": "10,000 classes has 100,010,000 param",
-    "VennAbersCalibration": "10,000 classes has 49,995,000 one-vs-one pairs",
-}
+# A full K x K weight matrix has 10^8 entries at K = 10,000: refused by name.
+QUADRATIC_IN_K = {"MatrixScaling", "DirichletCalibration"}
 
 
 def test_ten_thousand_classes(calibrator):
@@ -190,7 +185,7 @@ def test_ten_thousand_classes(calibrator):
     X = rng.normal(size=(n, k)).astype(np.float32)
     X[np.arange(n), y] += 4.0
     if type(calibrator).__name__ in QUADRATIC_IN_K:
-        with pytest.raises(ValueError, match=QUADRATIC_IN_K[type(calibrator).__name__]):
+        with pytest.raises(ValueError, match="10,000 classes has 100,010,000 param"):
             calibrator.fit(X, y)
         return
     proba = _fit_predict(calibrator, X, y)
