@@ -269,8 +269,9 @@ class VennAbersCalibration(BaseCalibrator):
         but each pairwise probability keeps a Venn-Abers spread of about one
         over the pair's sample count, and the coupling adds those up over
         the ``K - 1`` pairs of a class: the result is under-confident as
-        ``K`` grows (measured test ECE on the bundled CIFAR-100 logits about
-        50 %, against 2-6 % one-vs-rest). Binary problems ignore it.
+        ``K`` grows (measured test ECE on four CIFAR-100 networks 45-53 %,
+        against 4-6 % one-vs-rest and 1.4-4.2 % for temperature scaling).
+        Binary problems ignore it.
 
     Attributes
     ----------
