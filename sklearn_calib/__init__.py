@@ -7,7 +7,9 @@ figure is drawn.
 """
 
 from ._binning import HistogramBinning, IsotonicCalibration
+from ._ensemble import EnsembleTemperatureScaling
 from ._meta import CalibratedClassifier
+from ._parametric_binary import BetaCalibration, QuadraticScaling
 from ._scaling import (
     DirichletCalibration,
     MatrixScaling,
@@ -16,20 +18,27 @@ from ._scaling import (
     VectorScaling,
 )
 from ._smart import SMART
+from ._spline import SplineCalibration
+from ._venn_abers import VennAbersCalibration
 from .base import BaseCalibrator
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BaseCalibrator",
+    "BetaCalibration",
     "CalibratedClassifier",
+    "EnsembleTemperatureScaling",
     "HistogramBinning",
     "IsotonicCalibration",
     "DirichletCalibration",
     "MatrixScaling",
     "PlattScaling",
+    "QuadraticScaling",
     "SMART",
+    "SplineCalibration",
     "TemperatureScaling",
     "VectorScaling",
+    "VennAbersCalibration",
     "__version__",
 ]
