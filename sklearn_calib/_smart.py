@@ -301,9 +301,9 @@ class SMART(BaseCalibrator):
         # its margin (infinite) does not enter the standardisation.
         finite = np.isfinite(margins)
         share = sample_weight[finite] / sample_weight[finite].sum()
-        self.margin_mean_, self.margin_std_ = margin_statistics(
-            margins[finite], share
-        ) if finite.any() else (0.0, 1.0)
+        self.margin_mean_, self.margin_std_ = (
+            margin_statistics(margins[finite], share) if finite.any() else (0.0, 1.0)
+        )
 
         correct = (top == y).astype(np.float64)
         with np.errstate(over="ignore", invalid="ignore"):

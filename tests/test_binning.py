@@ -326,8 +326,9 @@ def test_isotonic_class_maps_are_fitted_on_the_rows_where_the_class_is_open():
     p_new = softmax(X_new, axis=1)
     expected = np.column_stack(
         [
-            sklearn_isotonic(p[~masked[:, k], k], y[~masked[:, k]] == k,
-                             weights[~masked[:, k]]).predict(p_new[:, k])
+            sklearn_isotonic(
+                p[~masked[:, k], k], y[~masked[:, k]] == k, weights[~masked[:, k]]
+            ).predict(p_new[:, k])
             for k in range(4)
         ]
     )
@@ -391,8 +392,11 @@ def test_top_label_rows_without_mass_elsewhere_share_it_among_open_classes(calib
     # Row 0: the other classes' probabilities underflow to 0 but are open;
     # row 1: class 3 is masked; row 2: every other class is masked.
     rows = np.array(
-        [[0.0, -800.0, -900.0, -1000.0], [0.0, -800.0, -900.0, -np.inf],
-         [0.0, -np.inf, -np.inf, -np.inf]]
+        [
+            [0.0, -800.0, -900.0, -1000.0],
+            [0.0, -800.0, -900.0, -np.inf],
+            [0.0, -np.inf, -np.inf, -np.inf],
+        ]
     )
     proba = calibrator.predict_proba(rows)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)

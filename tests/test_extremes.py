@@ -59,7 +59,12 @@ def test_multiplying_every_weight_by_a_constant_changes_nothing(name, scale):
 def test_equal_weights_of_any_size_are_no_weights(weight):
     # All equal weights, down to the smallest subnormal: the unweighted fit.
     X, y = make_logits(n_samples=400, n_classes=4, seed=4)
-    for name in ("TemperatureScaling", "SMART", "IsotonicCalibration", "HistogramBinning"):
+    for name in (
+        "TemperatureScaling",
+        "SMART",
+        "IsotonicCalibration",
+        "HistogramBinning",
+    ):
         plain = _quiet_fit(make_fast(CALIBRATORS[name]), X, y)
         weighted = _quiet_fit(
             make_fast(CALIBRATORS[name]), X, y, sample_weight=np.full(len(y), weight)
@@ -76,7 +81,12 @@ MAGNITUDES = {"float32-3e38": (np.float32, 3e38), "float64-1e308": (np.float64, 
 # (its ridge loop is unbounded), so those cases are not run.
 HANGS = {
     (name, case)
-    for name in ("VectorScaling", "MatrixScaling", "DirichletCalibration", "PlattScaling")
+    for name in (
+        "VectorScaling",
+        "MatrixScaling",
+        "DirichletCalibration",
+        "PlattScaling",
+    )
     for case in MAGNITUDES
 }
 

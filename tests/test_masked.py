@@ -123,7 +123,9 @@ PENDING = {"VectorScaling", "MatrixScaling", "DirichletCalibration", "PlattScali
 
 
 def _pending_marks(name):
-    return [pytest.mark.xfail(run=False, reason=AFFINE_PENDING)] if name in PENDING else []
+    return (
+        [pytest.mark.xfail(run=False, reason=AFFINE_PENDING)] if name in PENDING else []
+    )
 
 
 def _params(names):
@@ -196,9 +198,7 @@ def test_masked_column_leaves_the_fit_unchanged(name, params, fill, dtype):
     estimator = make_fast(CALIBRATORS[name]).set_params(**params)
     # The reference sees the real columns only; its labels are their indices.
     reference = clone(estimator)
-    expected_warnings = _fit_recording_warnings(
-        reference, X, np.searchsorted(REAL, y)
-    )
+    expected_warnings = _fit_recording_warnings(reference, X, np.searchsorted(REAL, y))
     assert _fit_recording_warnings(estimator, masked, y) == expected_warnings
 
     # float32 sums over more columns round differently (SMART trains on them
@@ -301,7 +301,9 @@ def test_to_torch_gives_masked_classes_probability_zero(name):
 MEAN_OVER_CLASSES = {"classwise_calibration_error"}
 
 
-@pytest.mark.parametrize("name, metric", all_metrics(), ids=[n for n, _ in all_metrics()])
+@pytest.mark.parametrize(
+    "name, metric", all_metrics(), ids=[n for n, _ in all_metrics()]
+)
 def test_metrics_accept_exact_zero_columns(name, metric):
     from sklearn_calib.utils._math import softmax
 
@@ -316,7 +318,9 @@ def test_metrics_accept_exact_zero_columns(name, metric):
     assert value == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
-@pytest.mark.parametrize("name, metric", all_metrics(), ids=[n for n, _ in all_metrics()])
+@pytest.mark.parametrize(
+    "name, metric", all_metrics(), ids=[n for n, _ in all_metrics()]
+)
 def test_metrics_of_masked_calibrated_probabilities_are_finite(name, metric):
     X, y, masked = masked_data("TemperatureScaling", seed=3)
     proba = make_fast(CALIBRATORS["TemperatureScaling"]).fit(X, y).predict_proba(X)
@@ -347,3 +351,21 @@ def test_reliability_display_with_masked_logits():
         assert np.isfinite(classwise.ece)
     finally:
         plt.close("all")
+
+
+def test_user_guide_masked_snippet_runs():
+    # The snippet of docs/user_guide/logits.rst ("Masked classes") as written.
+    import re
+    from pathlib import Path
+
+    page = Path(__file__).resolve().parents[1] / "docs" / "user_guide" / "logits.rst"
+    section = page.read_text(encoding="utf-8").split("Masked classes\n---", 1)[1]
+    block = re.search(r"\.\. code-block:: python\n\n((?:    .*\n|\n)+)", section)
+    code = "\n".join(line[4:] for line in block[1].splitlines())
+    printed = []
+    exec(compile(code, str(page), "exec"), {"print": printed.append})
+    temperatures = [
+        float(t) for line in printed for t in re.findall(r"T = ([\d.]+)", line)
+    ]
+    alone = float(re.search(r"answers alone: ([\d.]+)", printed[0])[1])
+    assert temperatures == [alone, alone]

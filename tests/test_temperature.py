@@ -413,7 +413,9 @@ def test_equal_weights_of_any_scale(weight):
     # that every sample was classified correctly.
     X, y = make_logits(n_samples=2000, n_classes=6, seed=2)
     ts = _no_warnings_fit(X, y, sample_weight=np.full(len(y), weight))
-    assert ts.temperature_ == pytest.approx(float64_optimal_temperature(X, y), rel=1e-12)
+    assert ts.temperature_ == pytest.approx(
+        float64_optimal_temperature(X, y), rel=1e-12
+    )
 
 
 def test_sampled_rows_of_zero_weight_do_not_hide_the_scale():
@@ -430,7 +432,9 @@ def test_sampled_rows_of_zero_weight_do_not_hide_the_scale():
 def _exact_spaced_rows(n_rows, n_sample):
     # round(i (n - 1) / (m - 1)), half up, in Python integers
     span = n_sample - 1
-    return np.array([(2 * i * (n_rows - 1) + span) // (2 * span) for i in range(n_sample)])
+    return np.array(
+        [(2 * i * (n_rows - 1) + span) // (2 * span) for i in range(n_sample)]
+    )
 
 
 @pytest.mark.parametrize(

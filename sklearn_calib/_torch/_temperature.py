@@ -116,7 +116,7 @@ def _block_rows(tensor):
 
 
 def _shift(logits):
-    """Shifted logits ``c (z - max z)``, the power of two ``c`` and whether any is masked.
+    """Shifted logits ``c (z - max z)``, the power of two ``c``, any masked entry.
 
     ``c = 1`` unless some row's gap between its largest and smallest finite
     logit comes within 2^-HEADROOM of the dtype's largest value (float32
@@ -194,8 +194,9 @@ class _Problem:
     """
 
     def __init__(self, shifted, y, weights):
+        """``weights`` (float64) is normalised in place: pass a tensor to give away."""
         self.shifted = shifted
-        self.weights = weights / weights.sum()
+        self.weights = weights.div_(weights.sum())
         self.block_rows = _block_rows(shifted)
         true_shifted = shifted.gather(1, y.view(-1, 1)).squeeze(1)
         # mean_w d_{i,y_i}, constant in beta
@@ -322,8 +323,11 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
         When a sample of positive weight has the label of a masked class: its
         likelihood is 0 at every temperature.
     """
-    weights = weights.to(torch.float64)
-    weights = weights / weights.max()
+    # Only ratios matter: dividing by the largest weight keeps every sum
+    # finite (weights of 1e300) and away from subnormals (1e-310). A copy,
+    # normalised in place from here on.
+    weights = weights.to(torch.float64, copy=True)
+    weights.div_(weights.max())
     shifted, prescale, masked = _shift(logits)
     if masked:
         true_shifted = shifted.gather(1, y.view(-1, 1)).squeeze(1)
@@ -339,11 +343,17 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
 
     # The scales only set the bracket of beta: evenly spaced rows of positive
     # weight suffice, unless none of them has a runner-up logit.
-    positive = torch.nonzero(weights > 0).view(-1)
-    sample = positive[_spaced_rows(positive.shape[0], positive.device)]
+    n_rows = logits.shape[0]
+    if bool((weights > 0).all()):
+        positive = None
+        sample = _spaced_rows(n_rows, weights.device)
+    else:
+        positive = torch.nonzero(weights > 0).view(-1)
+        sample = positive[_spaced_rows(positive.shape[0], positive.device)]
     wide, near = _scales(shifted, sample, weights)
-    if near is None and sample.shape[0] < positive.shape[0]:
-        wide, near = _scales(shifted, positive, weights)
+    if near is None and sample.shape[0] < n_rows:
+        every = torch.arange(n_rows, device=weights.device)
+        wide, near = _scales(shifted, every if positive is None else positive, weights)
     if near is None or not near / prescale > _CONSTANT_SCALE:
         return TemperatureFit(1.0, 0, "constant", 0.0)
 
@@ -369,7 +379,6 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     rtol = 1e-13 if logits.dtype == torch.float64 else 1e-10
 
     beta = 1.0 if lo < 1.0 < hi else (lo * hi) ** 0.5
-    n_rows = logits.shape[0]
     if n_rows > 4 * WARM_START_ROWS:
         # A solve on evenly spaced rows lands within a few percent of the
         # optimum, so the full data needs only the last quadratic steps.
