@@ -28,6 +28,33 @@ def _torch_inputs(logits, y, sample_weight, device):
     )
 
 
+def _mask_of(logits):
+    """Boolean array of the -inf (masked) entries, or None when there are none."""
+    if logits.size == 0 or not np.isneginf(logits.min()):
+        return None
+    return np.isneginf(logits)
+
+
+def _label(value):
+    """A class label for a message: numpy scalars as plain Python values."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _mixing_inputs(features, mask):
+    """Finite inputs of an affine map: what a masked entry contributes.
+
+    For the matrix map a masked entry enters as the lowest unmasked feature of
+    its row (the least likely class the row allows), so that a masked class is
+    treated as no more likely than any available one, and adding a constant
+    to a row of logits shifts every input alike. The vector map never mixes
+    columns, and its masked outputs are -inf whatever the input: 0 there.
+    """
+    if mask is None:
+        return features
+    lowest = np.where(mask, np.inf, features).min(axis=1, keepdims=True)
+    return np.where(mask, lowest, features)
+
+
 class TemperatureScaling(BaseCalibrator):
     r"""Temperature scaling: one scalar temperature for all logits.
 
@@ -190,38 +217,98 @@ class _AffineCalibrator(BaseCalibrator):
         "tol": [Interval(Real, 0, None, closed="left")],
     }
 
-    def _solve(self, features, y, sample_weight, kind, reg_lambda=0.0, reg_mu=0.0):
-        """Minimise the penalised NLL; store n_iter_ and return the solution."""
-        from ._torch._affine import fit_affine
+    def _solve(
+        self, features, y, sample_weight, kind, reg_lambda=0.0, reg_mu=0.0, mask=None
+    ):
+        """Minimise the penalised NLL; store n_iter_ and return the solution.
 
+        ``mask`` marks the masked (-inf) entries; ``features`` then holds
+        finite stand-ins there (see :func:`_mixing_inputs`).
+        """
+        from ._torch._affine import fit_affine
+        from ._torch._device import to_tensor
+
+        name = type(self).__name__
         if kind == "matrix":
             n_parameters = features.shape[1] * (features.shape[1] + 1)
             if n_parameters > _MAX_AFFINE_PARAMETERS:
                 gib = _SOLVER_COPIES * 8 * n_parameters / 2**30
                 raise ValueError(
-                    f"{type(self).__name__} with {features.shape[1]:,} classes has "
+                    f"{name} with {features.shape[1]:,} classes has "
                     f"{n_parameters:,} parameters (a full K x K matrix and K "
                     f"biases); the solver would need about {gib:.0f} GiB. The "
                     f"limit is {_MAX_AFFINE_PARAMETERS:,} parameters "
                     "(K <= 4095). Use VectorScaling or TemperatureScaling for "
                     "this many classes."
                 )
+        if mask is not None:
+            masked_true = mask[np.arange(len(y)), y] & (sample_weight > 0)
+            if masked_true.any():
+                row = int(np.flatnonzero(masked_true)[0])
+                raise ValueError(
+                    f"Row {row} of X has a -inf (masked) logit for its true class "
+                    f"{_label(self.classes_[y[row]])!r} (and {int(masked_true.sum())} rows "
+                    "in all): no calibration map can give that class a non-zero "
+                    "probability, so the NLL is infinite. Unmask the true class, "
+                    "or drop those rows (or give them zero weight)."
+                )
+        # Normalised weights: the fit cannot depend on their scale (the torch
+        # layer normalises their sum again, in float64).
+        sample_weight = sample_weight / sample_weight.max()
 
-        result = fit_affine(
-            *_torch_inputs(features, y, sample_weight, self.device),
-            kind=kind,
-            reg_lambda=reg_lambda,
-            reg_mu=reg_mu,
-            max_iter=self.max_iter,
-            tol=self.tol,
+        features_t, y_t, weights_t = _torch_inputs(
+            features, y, sample_weight, self.device
         )
+        try:
+            result = fit_affine(
+                features_t,
+                y_t,
+                weights_t,
+                kind=kind,
+                mask=None if mask is None else to_tensor(mask, features_t.device),
+                reg_lambda=reg_lambda,
+                reg_mu=reg_mu,
+                max_iter=self.max_iter,
+                tol=self.tol,
+            )
+        except FloatingPointError as exc:
+            finite = features[np.isfinite(features)]
+            top = float(np.abs(finite).max()) if finite.size else 0.0
+            raise ValueError(
+                f"{name} cannot fit these logits in float64 ({exc}): entries of "
+                f"magnitude up to {top:.3g} make the calibrated logits or their "
+                "derivatives overflow. If large negative values mark masked "
+                "classes (such as finfo.min or -1e30), pass -inf instead."
+            ) from None
         self.n_iter_ = result.n_iter
-        name = type(self).__name__
+        n_frozen = result.n_absent + result.n_separable
+        if n_frozen:
+            warnings.warn(
+                f"{name}: for {n_frozen:,} of the {features.shape[1]:,} classes the "
+                "calibration data determine no finite scale and bias "
+                f"({result.n_absent:,} have no calibration sample, "
+                f"{result.n_separable:,} are separated from every other sample by "
+                "their own logit), so the likelihood keeps improving as their "
+                "parameters go to infinity. They keep the temperature-scaling "
+                f"map (scale 1/T = {result.start:.4g}, bias 0). More calibration "
+                "samples per class, or TemperatureScaling, avoid this.",
+                UserWarning,
+                stacklevel=4,
+            )
         if result.status == "max_iter":
+            detail = (
+                f"the largest gradient entry is {result.gradient:.3e} > "
+                f"tol={self.tol:g}"
+            )
+            if result.gradient <= self.tol:
+                detail = (
+                    f"the largest gradient entry is {result.gradient:.3e} but a "
+                    "Newton step still predicts a decrease of the loss by "
+                    f"{result.decrement / 2:.3e}"
+                )
             warnings.warn(
                 f"{name} did not converge in max_iter={self.max_iter} "
-                f"{result.solver} iterations: the largest gradient entry is "
-                f"{result.gradient:.3e} > tol={self.tol:g}. Increase max_iter.",
+                f"{result.solver} iterations: {detail}. Increase max_iter.",
                 ConvergenceWarning,
                 stacklevel=4,
             )
@@ -329,13 +416,21 @@ class VectorScaling(_AffineCalibrator):
         self.tol = tol
 
     def _fit(self, logits, y, sample_weight):
-        result = self._solve(logits, y, sample_weight, "vector")
+        mask = _mask_of(logits)
+        features = logits if mask is None else np.where(mask, 0, logits)
+        result = self._solve(features, y, sample_weight, "vector", mask=mask)
         self.coef_ = result.coef
         self.intercept_ = result.intercept
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
-        return logits * self.coef_.astype(dtype) + self.intercept_.astype(dtype)
+        mask = _mask_of(logits)
+        if mask is not None:
+            logits = np.where(mask, 0, logits)
+        out = logits * self.coef_.astype(dtype) + self.intercept_.astype(dtype)
+        if mask is not None:
+            out[mask] = -np.inf
+        return out
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -506,21 +601,27 @@ class MatrixScaling(_AffineCalibrator):
             reg_lambda = _AUTO_LAMBDA * n_classes * (n_classes - 1)
         if reg_mu == "auto":
             reg_mu = _AUTO_MU * n_classes
+        mask = _mask_of(logits)
         result = self._solve(
-            self._features(logits),
+            _mixing_inputs(self._features(logits), mask),
             y,
             sample_weight,
             "matrix",
             reg_lambda=reg_lambda,
             reg_mu=reg_mu,
+            mask=mask,
         )
         self.coef_ = result.coef
         self.intercept_ = result.intercept
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
-        features = self._features(logits)
-        return features @ self.coef_.T.astype(dtype) + self.intercept_.astype(dtype)
+        mask = _mask_of(logits)
+        features = _mixing_inputs(self._features(logits), mask)
+        out = features @ self.coef_.T.astype(dtype) + self.intercept_.astype(dtype)
+        if mask is not None:
+            out[mask] = -np.inf
+        return out
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -756,15 +857,42 @@ class PlattScaling(_AffineCalibrator):
                 "MatrixScaling or TemperatureScaling for multiclass logits."
             )
         score = logits[:, 1] - logits[:, 0]
+        fixed = ~np.isfinite(score)
+        if fixed.any():
+            # A masked class (score -inf: the positive one, +inf: the
+            # negative one) fixes the row's probability whatever (a, c): the
+            # row says nothing about the map and is left out of the fit (and
+            # of Platt's counts), unless its label is the masked class.
+            wrong = (np.isneginf(score) & (y == 1)) | (np.isposinf(score) & (y == 0))
+            wrong &= sample_weight > 0
+            if wrong.any():
+                row = int(np.flatnonzero(wrong)[0])
+                raise ValueError(
+                    f"Row {row} of X has a -inf (masked) logit for its true class "
+                    f"{_label(self.classes_[y[row]])!r} (and {int(wrong.sum())} rows in "
+                    "all): no calibration map can give that class a non-zero "
+                    "probability, so the NLL is infinite. Unmask the true class, "
+                    "or drop those rows (or give them zero weight)."
+                )
+            keep = ~fixed & (sample_weight > 0)
+            if not keep.any():
+                raise ValueError(
+                    "PlattScaling needs samples with a finite score: every row "
+                    "with a positive weight has a masked (-inf) class."
+                )
+            score, y, sample_weight = score[keep], y[keep], sample_weight[keep]
         features = np.column_stack([np.zeros_like(score), score])
         if self.smooth_targets:
             # Each sample becomes a positive row weighted by its target t and
             # a negative row weighted by 1 - t: the NLL against soft targets.
+            # The targets use the weighted counts as they are (scikit-learn's
+            # convention); the weights are normalised only afterwards.
             n_positive = float(sample_weight[y == 1].sum())
             n_negative = float(sample_weight[y == 0].sum())
             target = np.where(
                 y == 1, (n_positive + 1) / (n_positive + 2), 1 / (n_negative + 2)
             )
+            sample_weight = sample_weight / sample_weight.max()
             features = np.concatenate([features, features])
             y = np.concatenate([np.ones_like(y), np.zeros_like(y)])
             sample_weight = np.concatenate(
@@ -782,8 +910,16 @@ class PlattScaling(_AffineCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         score = logits[:, 1] - logits[:, 0]
+        # A masked class keeps probability 0: a score of -inf (positive class
+        # masked) or +inf (negative class masked) bypasses the map.
+        positive_masked = np.isneginf(score)
+        negative_masked = np.isposinf(score)
+        score = np.where(positive_masked | negative_masked, 0, score)
         positive = score * dtype.type(self.coef_[0]) + dtype.type(self.intercept_[0])
-        return np.column_stack([np.zeros_like(positive), positive])
+        out = np.column_stack([np.zeros_like(positive), positive])
+        out[negative_masked, 0] = -np.inf
+        out[positive_masked, 1] = -np.inf
+        return out
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
