@@ -40,6 +40,20 @@ def _label(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
+def _check_true_class_unmasked(classes, y, masked_true):
+    """ValueError when rows with positive weight have their true class masked."""
+    if not masked_true.any():
+        return
+    row = int(np.flatnonzero(masked_true)[0])
+    raise ValueError(
+        f"Row {row} of X has a -inf (masked) logit for its true class "
+        f"{_label(classes[y[row]])!r} ({int(masked_true.sum())} such rows in all): "
+        "no calibration map can give that class a non-zero probability, so the "
+        "NLL is infinite. Unmask the true class, or drop those rows (or give "
+        "them zero weight)."
+    )
+
+
 def _mixing_inputs(features, mask):
     """Finite inputs of an affine map: what a masked entry contributes.
 
@@ -243,15 +257,7 @@ class _AffineCalibrator(BaseCalibrator):
                 )
         if mask is not None:
             masked_true = mask[np.arange(len(y)), y] & (sample_weight > 0)
-            if masked_true.any():
-                row = int(np.flatnonzero(masked_true)[0])
-                raise ValueError(
-                    f"Row {row} of X has a -inf (masked) logit for its true class "
-                    f"{_label(self.classes_[y[row]])!r} (and {int(masked_true.sum())} rows "
-                    "in all): no calibration map can give that class a non-zero "
-                    "probability, so the NLL is infinite. Unmask the true class, "
-                    "or drop those rows (or give them zero weight)."
-                )
+            _check_true_class_unmasked(self.classes_, y, masked_true)
         # Normalised weights: the fit cannot depend on their scale (the torch
         # layer normalises their sum again, in float64).
         sample_weight = sample_weight / sample_weight.max()
@@ -865,15 +871,7 @@ class PlattScaling(_AffineCalibrator):
             # of Platt's counts), unless its label is the masked class.
             wrong = (np.isneginf(score) & (y == 1)) | (np.isposinf(score) & (y == 0))
             wrong &= sample_weight > 0
-            if wrong.any():
-                row = int(np.flatnonzero(wrong)[0])
-                raise ValueError(
-                    f"Row {row} of X has a -inf (masked) logit for its true class "
-                    f"{_label(self.classes_[y[row]])!r} (and {int(wrong.sum())} rows in "
-                    "all): no calibration map can give that class a non-zero "
-                    "probability, so the NLL is infinite. Unmask the true class, "
-                    "or drop those rows (or give them zero weight)."
-                )
+            _check_true_class_unmasked(self.classes_, y, wrong)
             keep = ~fixed & (sample_weight > 0)
             if not keep.any():
                 raise ValueError(
