@@ -107,7 +107,7 @@ _NEWTON_PARAMS = 128
 # Curvatures below this fraction of the largest one are floored: a class with
 # no calibration samples and vanishing probability has (almost) no curvature.
 _CURVATURE_FLOOR = 1e-9
-# Newton's ridge starts at this fraction of the largest Hessian diagonal entry
+# Newton's ridge, on the Hessian scaled to a unit diagonal, starts at _RIDGE
 # (the exact null directions are handled without it) and grows by 100 at most
 # _RIDGE_TRIES times; past that the step is a plain gradient step.
 _RIDGE = 1e-12
@@ -671,26 +671,34 @@ class _BlockPreconditioner:
 def _newton_direction(objective, theta, grad):
     """-H^{-1} g over the free parameters, or None where H is unusable.
 
-    The directions softmax cannot see (and frozen classes) are handled
-    exactly: H gets the identity times its scale on the null directions,
-    whose gradient component is zero. What remains near-singular gets a
-    small relative ridge, raised at most _RIDGE_TRIES times.
+    H is first scaled to a unit diagonal (the Newton direction does not
+    change): penalties and curvatures can differ by hundreds of orders of
+    magnitude (an ODIR penalty on rescaled tiny logits), and a ridge relative
+    to the largest entry would swamp the others. The directions softmax cannot
+    see (and frozen classes) are handled exactly: H gets the identity on the
+    null directions, whose gradient component is zero. What remains
+    near-singular gets a small relative ridge, raised at most _RIDGE_TRIES
+    times.
     """
     hessian = objective.hessian(theta)
     if not bool(torch.isfinite(hessian).all()):
         return None
     free = objective.free
     g = (grad if free is None else grad[free]).reshape(-1, 1)
-    scale = float(hessian.diagonal().max().clamp(min=1e-300))
+    diagonal = hessian.diagonal()
+    root = torch.where(diagonal > 0, diagonal.sqrt(), torch.ones_like(diagonal))
+    hessian = hessian / root[:, None] / root[None, :]
     basis = objective.null_basis()
     if basis is not None:
-        hessian = hessian + scale * (basis @ basis.T)
+        # The null directions v (H v = 0) are v / root in scaled coordinates.
+        basis, _ = torch.linalg.qr(basis * root[:, None])
+        hessian = hessian + basis @ basis.T
     eye = torch.eye(hessian.shape[0], dtype=hessian.dtype, device=hessian.device)
-    ridge = _RIDGE * scale
+    ridge = _RIDGE
     for _ in range(_RIDGE_TRIES):
         factor, info = torch.linalg.cholesky_ex(hessian + ridge * eye)
         if int(info) == 0:
-            step = torch.cholesky_solve(g, factor)
+            step = torch.cholesky_solve(g / root[:, None], factor) / root[:, None]
             if bool(torch.isfinite(step).all()):
                 break
         ridge *= 100.0
