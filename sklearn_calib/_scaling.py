@@ -338,10 +338,11 @@ class VectorScaling(_AffineCalibrator):
     ``R^K`` (``*`` elementwise). ``(w, b)`` minimise the (weighted)
     negative log-likelihood on the calibration set, a convex problem solved
     to a tight gradient tolerance: by Newton's method when the Hessian is
-    cheap (up to a few hundred classes), otherwise by L-BFGS preconditioned
-    with the exact 2 x 2 Hessian block of each class. The solve starts from
-    the exact temperature-scaling solution ``w = 1 / T, b = 0``, which it
-    contains, so the calibration NLL is never above temperature scaling's.
+    cheap (up to 64 classes), otherwise by L-BFGS preconditioned with the
+    exact 2 x 2 Hessian block of each class, recomputed at every point. Each
+    pass over the logits costs ``O(N K)``. The solve starts from the exact
+    temperature-scaling solution ``w = 1 / T, b = 0``, which it contains, so
+    the calibration NLL is never above temperature scaling's.
 
     Unlike temperature scaling, a per-class scale and bias can change the
     argmax, so accuracy may change (usually by a fraction of a percent, in
@@ -359,9 +360,13 @@ class VectorScaling(_AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        mean weighted NLL is at most ``tol``. float32 logits are processed in
-        float32 until float32 rounding dominates and in float64 after that, so
-        any ``tol`` down to about ``1e-10`` is reachable.
+        mean weighted NLL is at most ``tol`` (with the Newton solver, also
+        when a Newton step predicts a decrease of the loss below ``tol / 100``).
+        float32 logits are processed in float32 until float32 rounding
+        dominates and in float64 after that, so any ``tol`` down to about
+        ``1e-10`` is reachable. Logits whose spread lies outside ``2**-32`` to
+        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
+        applies to that rescaled problem.
 
     Attributes
     ----------
@@ -369,7 +374,8 @@ class VectorScaling(_AffineCalibrator):
         The per-class scales ``w``.
     intercept_ : ndarray of shape (n_classes,)
         The per-class biases ``b``. Adding a constant to every bias changes
-        nothing; the solution returned has the biases summing to zero.
+        nothing; unless a class is kept at the temperature map (see Notes),
+        the solution returned has the biases summing to zero.
     n_iter_ : int
         Solver iterations.
     classes_ : ndarray of shape (n_classes,)
@@ -392,9 +398,31 @@ class VectorScaling(_AffineCalibrator):
     matter; this is then the same model as :class:`PlattScaling` without
     Platt's target smoothing.
 
-    With few calibration samples per class, vector scaling can overfit: a
-    class whose calibration samples its logit separates perfectly has no
-    finite optimum, and its scale grows until the gradient tolerance is met.
+    **Classes without a finite optimum.** The NLL has no minimiser in
+    ``(w_k, b_k)`` when class ``k`` has no calibration sample (its
+    probability should fall to 0) or when its own logit separates its
+    samples from every other sample (a threshold on ``z_k``; its scale should
+    grow for ever). Such classes, common when the calibration set has few
+    samples per class (language-model vocabularies), are found exactly and
+    kept at the temperature map ``w_k = 1 / T, b_k = 0``, with a
+    ``UserWarning`` that counts them; the other classes are fitted with
+    those held fixed. Classes that separate the samples only jointly are not
+    detected: their parameters grow until the gradient tolerance is met.
+
+    **Masked classes.** A logit of ``-inf`` marks a class the row does not
+    allow: its calibrated logit stays ``-inf`` (probability exactly 0,
+    whatever the sign of ``w_k``), in :meth:`predict_proba`,
+    :meth:`transform` and :meth:`to_torch`. A row may allow a single class
+    (which then gets probability 1), but never mask its true class (a
+    ``ValueError`` names the row). A column masked with ``-inf``, with a
+    finite sentinel such as ``-1e9`` or ``np.finfo(dtype).min``, in every row
+    of a class that is never the label gives the same fit of the other
+    classes as the data without that column (to rounding; exactly for
+    ``-inf``), and that class keeps the temperature map.
+
+    **Scale.** The fit does not depend on the scale of ``sample_weight``
+    (the weights are normalised), and logits ``c z`` give the map of ``z``
+    with ``coef_ / c``, from ``1e-300`` to ``1e300``.
 
     References
     ----------
@@ -477,7 +505,7 @@ class MatrixScaling(_AffineCalibrator):
 
     The problem is convex. It is solved to a tight gradient tolerance, from
     the exact temperature-scaling solution ``W = I / T, b = 0``: by Newton's
-    method for small problems (up to about 20 classes), otherwise by L-BFGS
+    method for small problems (up to 10 classes), otherwise by L-BFGS
     preconditioned with the exact Hessian block of each class.
 
     The map can change the argmax, so accuracy may change (in either
@@ -508,7 +536,12 @@ class MatrixScaling(_AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        penalised objective is at most ``tol``.
+        penalised objective is at most ``tol`` and, with the Newton solver,
+        a Newton step predicts a decrease of the objective below
+        ``tol / 100``: in a flat valley the gradient can be tiny while the
+        optimum is still far. Logits whose spread lies outside ``2**-32`` to
+        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
+        applies to that rescaled problem.
 
     Attributes
     ----------
@@ -539,6 +572,31 @@ class MatrixScaling(_AffineCalibrator):
     is the optimum nearest to ``(I / T, 0)``. Without regularisation the
     optimum may not exist (the NLL can decrease for ever when the logits
     separate the classes); the solver then stops on the gradient tolerance.
+
+    **Masked classes.** A logit of ``-inf`` marks a class the row does not
+    allow. Its calibrated logit is ``-inf`` (probability exactly 0, in
+    :meth:`predict_proba`, :meth:`transform` and :meth:`to_torch`), and as an
+    input to the mixing it stands in as the lowest unmasked logit of its row:
+    a masked class counts as no more likely than the least likely class the
+    row allows, and adding a constant to a row still shifts every input alike.
+    A row may allow a single class (probability 1), but never mask its true
+    class (a ``ValueError`` names the row). A column masked with ``-inf`` in
+    every row is left out of the solve: the other classes get the fit of the
+    data without it when the penalty per entry does not depend on ``K``
+    (``"auto"`` or ``0``; an explicit ``reg_lambda`` is divided by the
+    ``K (K - 1)`` of ``X``), and the column keeps ``W_kk = 1 / T`` and zeros.
+    Finite sentinels (``-1e9``, ``np.finfo(dtype).min``) are numbers to this
+    map: they enter every class's logit through ``W`` and change the fit;
+    mask with ``-inf``.
+
+    **Scale.** The fit does not depend on the scale of ``sample_weight``
+    (the weights are normalised, so the penalty keeps its weight relative to
+    the mean NLL). The ODIR penalty is not scale-free: logits ``c z`` with
+    penalty ``lambda`` give exactly the map of ``z`` with penalty
+    ``lambda / c^2`` (``W`` divided by ``c``), so at ``c = 1e155`` the
+    penalty on ``W`` has no effect and at ``c = 1e-300`` it keeps ``W``
+    diagonal. Extreme logits are solved as this exact equivalent problem, on
+    logits brought near 1 by a power of two.
 
     The ``K (K + 1)`` parameters limit the number of classes: above 4095
     (``2**24`` parameters) :meth:`fit` raises a ``ValueError`` rather than
@@ -716,9 +774,19 @@ class DirichletCalibration(MatrixScaling):
     Notes
     -----
     ``X`` holds logits, as for every calibrator of this library. To calibrate
-    probabilities ``p``, pass ``np.log(p)`` (zeros clipped): the
-    log-probabilities are then ``log p`` itself. As for
+    probabilities ``p``, pass ``np.log(p)``: the log-probabilities are then
+    ``log p`` itself, and a probability of 0 is a masked class. As for
     :class:`MatrixScaling`, more than 4095 classes are refused.
+
+    **Masked classes.** A logit of ``-inf`` has log-probability ``-inf``. Its
+    calibrated logit is ``-inf`` (probability exactly 0), and as an input to
+    the mixing it stands in as the lowest finite log-probability of its row
+    (rather than ``0``, the log-probability of a certain class): the map
+    then is :class:`MatrixScaling` of the log-probabilities, masks included.
+    Finite sentinels enter the mixing as the numbers they are. See
+    :class:`MatrixScaling` for the column masked everywhere, the scale of the
+    weights and of the logits (with the log-probabilities in place of the
+    logits).
 
     References
     ----------
@@ -820,6 +888,25 @@ class PlattScaling(_AffineCalibrator):
     -----
     scikit-learn's sigmoid calibration parametrises the same map as
     ``1 / (1 + exp(A s + B))``, that is ``A = -a`` and ``B = -c``.
+
+    **Scale of the weights.** Platt's targets take the weighted counts
+    ``N_+`` and ``N_-`` as sample sizes, as scikit-learn does: multiplying
+    every weight by ``c`` changes the targets (and so the fit), from the
+    plain logistic fit as ``c -> infinity`` to ``t_+ = t_- = 1/2`` (a
+    constant probability 1/2) as ``c -> 0``. Only the counts depend on the
+    scale: the weighted likelihood itself is normalised, so with
+    ``smooth_targets=False`` the fit does not depend on the scale at all.
+
+    **Masked classes.** A score of ``-inf`` (a single score column, or
+    ``z_1 = -inf``) masks the positive class: probability 0, whatever the
+    sign of ``a``. ``z_0 = -inf`` masks the negative class: the positive one
+    gets probability 1. Such a row's probability is fixed, so it is left out
+    of the fit and of ``N_+``, ``N_-``, unless its label is the masked class
+    (a ``ValueError`` names the row). ``+inf`` is not a logit; mask the
+    negative class with two columns. Scores of any magnitude are fitted
+    (they are brought near 1 by an exact power of two); with
+    ``smooth_targets=False``, scores that separate the classes leave ``a``
+    at the temperature-scaling slope, with a warning.
 
     References
     ----------
