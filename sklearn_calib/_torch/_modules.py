@@ -96,6 +96,8 @@ class VectorScalingModule(nn.Module):
     """Maps logits to calibrated log-probabilities: log_softmax(w * z + b).
 
     A single score column ``s`` (binary problem) is read as the logits (0, s).
+    A masked class (logit ``-inf``) keeps log-probability ``-inf``, whatever
+    the sign of its scale.
     """
 
     def __init__(self, coef, intercept):
@@ -107,9 +109,12 @@ class VectorScalingModule(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         logits = _binary_as_two_logits(logits)
+        masked = torch.isneginf(logits)
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
-        return torch.log_softmax(logits * coef + intercept, dim=-1)
+        # 0 stands in for -inf, whose product with a scale could be +inf or NaN.
+        out = logits.masked_fill(masked, 0.0) * coef + intercept
+        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
 
 
 class MatrixScalingModule(nn.Module):
@@ -117,7 +122,9 @@ class MatrixScalingModule(nn.Module):
 
     ``x`` is the logits themselves (matrix scaling) or their log-softmax
     (``log_probabilities=True``: Dirichlet calibration). A single score column
-    ``s`` (binary problem) is read as the logits (0, s).
+    ``s`` (binary problem) is read as the logits (0, s). A masked class (logit
+    ``-inf``) enters the mixing as the lowest unmasked entry of ``x`` in its
+    row and keeps log-probability ``-inf``, as in ``predict_proba``.
     """
 
     def __init__(self, coef, intercept, log_probabilities: bool):
@@ -130,17 +137,23 @@ class MatrixScalingModule(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         logits = _binary_as_two_logits(logits)
+        masked = torch.isneginf(logits)
         if self.log_probabilities:
             logits = torch.log_softmax(logits, dim=-1)
+        lowest = logits.masked_fill(masked, float("inf")).amin(dim=-1, keepdim=True)
+        inputs = torch.where(masked, lowest, logits)
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
-        return torch.log_softmax(logits @ coef.T + intercept, dim=-1)
+        out = inputs @ coef.T + intercept
+        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
 
 
 class PlattModule(nn.Module):
     """Maps binary scores to calibrated log-probabilities: log_softmax((0, a s + c)).
 
     ``s`` is a single score column, or the difference z_1 - z_0 of two logits.
+    A score of ``-inf`` (positive class masked) gives the positive class
+    log-probability ``-inf``; ``+inf`` (negative class masked) the negative one.
     """
 
     def __init__(self, coef: float, intercept: float):
@@ -153,7 +166,10 @@ class PlattModule(nn.Module):
             score = logits
         else:
             score = logits[..., 1:2] - logits[..., 0:1]
+        positive_masked = torch.isneginf(score)
+        negative_masked = torch.isposinf(score)
+        score = score.masked_fill(positive_masked | negative_masked, 0.0)
         positive = score * self.coef.to(logits.dtype) + self.intercept.to(logits.dtype)
-        return torch.log_softmax(
-            torch.cat([torch.zeros_like(positive), positive], dim=-1), dim=-1
-        )
+        out = torch.cat([torch.zeros_like(positive), positive], dim=-1)
+        masked = torch.cat([negative_masked, positive_masked], dim=-1)
+        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)

@@ -61,9 +61,10 @@ def check_masked_logits(X, *, input_name="X"):
     Language models and many classification heads mask classes with ``-inf``
     logits: such a class has probability exactly 0. NaN and ``+inf`` have no
     meaning as logits, and every row needs at least one finite logit (the
-    class it can predict). One pass over the data: the row maximum is NaN when
-    the row holds a NaN, ``+inf`` when it holds ``+inf`` and ``-inf`` when
-    every entry is masked.
+    class it can predict); a single score column s stands for the logits
+    (0, s), so there s = -inf is valid (the positive class is masked). One
+    pass over the data: the row maximum is NaN when the row holds a NaN,
+    ``+inf`` when it holds ``+inf`` and ``-inf`` when every entry is masked.
     """
     if X.size == 0:
         return X
@@ -80,6 +81,10 @@ def check_masked_logits(X, *, input_name="X"):
             f"Input {input_name} contains +infinity; logits must be finite or -inf "
             "(a masked class)."
         )
+    if X.shape[1] == 1:
+        # A single score column s stands for the logits (0, s): s = -inf masks
+        # the positive class and leaves the (finite) negative one.
+        return X
     row = int(np.flatnonzero(np.isneginf(top))[0])
     raise ValueError(
         f"Input {input_name} has rows where every logit is -inf (row {row}): a row "
