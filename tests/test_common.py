@@ -8,16 +8,23 @@ import pickle
 import subprocess
 import sys
 import warnings
+from functools import partial
 
 import numpy as np
 import pytest
 from sklearn.base import clone
 from sklearn.utils import get_tags
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.utils.estimator_checks import (
+    estimator_checks_generator,
+    parametrize_with_checks,
+)
 
 from sklearn_calib import CalibratedClassifier
 from sklearn_calib.utils._testing import (
+    _COMMON_EXPECTED_FAILURES,
+    EXPECTED_FAILED_CHECKS,
     FAST_PARAMS,
+    REASON_ERRORS,
     expected_failed_checks,
     make_fast,
     make_logits,
@@ -43,6 +50,35 @@ def test_sklearn_compatible(estimator, check):
 @parametrize_with_checks([CalibratedClassifier()])
 def test_default_calibrated_classifier_passes_every_check(estimator, check):
     check(estimator)
+
+
+def _check_name(check):
+    """The bare name scikit-learn looks a check up by (its function's name)."""
+    return check.func.__name__ if isinstance(check, partial) else check.__name__
+
+
+@pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
+def test_expected_failures_are_exact(cls):
+    # Every key of the table names a check that runs for this calibrator and
+    # fails with the error its reason describes. (That no variant of it
+    # passes is what xfail_strict enforces in test_sklearn_compatible.)
+    estimator = make_fast(cls)
+    table = expected_failed_checks(estimator)
+    checks = {}
+    for est, check in estimator_checks_generator(estimator, legacy=True, mark=None):
+        checks.setdefault(_check_name(check), []).append((est, check))
+    never_run = sorted(set(table) - set(checks))
+    assert not never_run, f"keys that match no check of {cls.__name__}: {never_run}"
+    overrides = EXPECTED_FAILED_CHECKS.get(cls.__name__, {})
+    removed = [name for name, reason in overrides.items() if reason is None]
+    assert set(removed) <= set(_COMMON_EXPECTED_FAILURES)
+    for name, reason in sorted(table.items()):
+        error, pattern = REASON_ERRORS[reason]
+        for est, check in checks[name]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with pytest.raises(error, match=pattern):
+                    check(est)
 
 
 def test_every_calibrator_has_fast_params():

@@ -227,10 +227,17 @@ def _ambiguous_labels_message(
     found = distinct.tolist()
     shown = found if len(found) <= 10 else found[:10] + ["..."]
     if distinct.shape[0] > n_classes:
+        outside = ""
+        if _is_integer_labels(distinct):
+            beyond = distinct[(distinct < 0) | (distinct >= n_classes)].tolist()
+            outside = (
+                f" Integer labels outside [0, {n_classes - 1}]: {beyond[:10]!r}."
+            )
         return (
             f"{y_name} has {distinct.shape[0]} distinct labels but there are only "
             f"{n_classes} {columns}; logits need one column per class (or a "
             f"single score column for a binary problem). Got labels {shown!r}."
+            + outside
         )
     if _is_integer_labels(distinct) and (
         distinct.min() < 0 or distinct.max() >= n_classes
