@@ -1,6 +1,6 @@
 """Non-parametric calibrators: isotonic regression and histogram binning.
 
-Both work on the softmax probabilities of the logits (numpy, scipy and
+Both map the softmax probabilities of the logits (numpy, scipy and
 scikit-learn only; no torch). Two ways to apply a binary map to a
 multiclass problem:
 
@@ -9,6 +9,12 @@ multiclass problem:
 - ``"top_label"``: one map on the confidence ``max_k softmax(z)_k`` against
   the correctness of the argmax; the other classes are rescaled by
   ``(1 - new) / (1 - old)`` so that the row still sums to 1.
+
+Histogram binning bins the probabilities themselves. Isotonic regression
+regresses on their log-odds ``log(p_k / (1 - p_k))``, computed from the logits
+(``z_k - logsumexp_{j != k} z_j``): the same order as ``p_k``, but without the
+saturation of float64 probabilities, which round to 1.0 once a logit leads the
+others by about 36.7 and would then tie samples that the logits still rank.
 
 Calibrated probabilities are floored at ``PROBA_FLOOR`` before the
 renormalisation, so that :meth:`transform` (log-probabilities) never returns
@@ -25,11 +31,17 @@ mid-points (histogram): no data, no correction.
 from numbers import Integral
 
 import numpy as np
+from scipy.special import expit
 from sklearn.isotonic import IsotonicRegression
 
 from .base import BaseCalibrator
 from .metrics._calibration import uniform_bin_index
 from .utils._compat import Interval, StrOptions
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_list,
+    fail_state,
+)
 from .utils._math import softmax
 
 PROBA_FLOOR = 1e-12
@@ -37,6 +49,44 @@ PROBA_FLOOR = 1e-12
 
 def _probabilities(logits):
     return softmax(np.asarray(logits, dtype=np.float64))
+
+
+def softmax_log_odds(logits):
+    """``log(p_k / (1 - p_k))`` of every softmax probability, stably, in float64.
+
+    The log-odds of class ``k`` are ``z_k - logsumexp_{j != k} z_j``. For a
+    class below the row maximum ``m``, ``logsumexp_{j != k} z_j = m + log(S -
+    e_k)`` with ``e = exp(z - m)`` and ``S = sum(e)``, where ``S - e_k >= 1``
+    loses nothing to cancellation. For the maximal class the others' sum is
+    taken relative to the runner-up, so the result stays finite whatever the
+    gap (the probability rounds to 1.0 in float64 beyond a gap of ~36.7).
+    Values are clipped to the finite float64 range.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (n_samples, n_classes)
+
+    Returns
+    -------
+    log_odds : ndarray of shape (n_samples, n_classes) of float64
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(z.shape[0])
+    top = z.argmax(axis=1)
+    peak = z[rows, top][:, None]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        shifted = z - peak
+        exp = np.exp(shifted)
+        out = shifted - np.log(exp.sum(axis=1, keepdims=True) - exp)
+        others = z.copy()
+        others[rows, top] = -np.inf
+        second = others.max(axis=1, keepdims=True)
+        rest = np.exp(others - second).sum(axis=1)
+        out[rows, top] = (peak - second)[:, 0] - np.log(rest)
+    # A row with a single finite logit (masked classes) gives +-inf and NaN
+    # where the ranking is still clear: the ends of the float64 range.
+    out[np.isnan(out)] = np.inf
+    return np.clip(out, -np.finfo(np.float64).max, np.finfo(np.float64).max)
 
 
 def _top_label_targets(proba, y):
@@ -49,9 +99,11 @@ def _top_label_targets(proba, y):
 def _binary_problems(proba, y, mode, sample_weight, masked):
     """(scores, 0/1 targets, weights) of each binary map: per class, or the top label.
 
-    A class's map is fitted on the rows where that class is not masked. Only
-    the ratios of the weights matter: they are divided by their maximum, so
-    that their scale (1e-310 or 1e300) changes no sum's precision.
+    ``proba`` may be any order-preserving representation of the probabilities
+    (the log-odds for isotonic regression). A class's map is fitted on the rows
+    where that class is not masked. Only the ratios of the weights matter: they
+    are divided by their maximum, so that their scale (1e-310 or 1e300) changes
+    no sum's precision.
     """
     sample_weight = sample_weight / sample_weight.max()
     if mode == "top_label":
@@ -75,10 +127,11 @@ def _masked_classes(logits):
     return masked if masked.any() else None
 
 
-def _apply_top_label(proba, new_confidence, masked=None):
+def _apply_top_label(proba, new_confidence, masked=None, predicted=None):
     """Set the predicted class to ``new_confidence`` and rescale the others."""
     rows = np.arange(proba.shape[0])
-    predicted = proba.argmax(axis=1)
+    if predicted is None:
+        predicted = proba.argmax(axis=1)
     old = proba[rows, predicted]
     rest = 1.0 - old
     out = proba.copy()
@@ -134,6 +187,17 @@ class IsotonicCalibration(BaseCalibrator):
     per class (one-vs-rest, then rows renormalised) or on the top-label
     confidence. Inputs outside the fitted range are clipped to its ends.
 
+    The maps take the log-odds ``log(p_k / (1 - p_k)) = z_k - logsumexp_{j !=
+    k} z_j`` of the probabilities as input, computed stably from the logits.
+    They order the samples as the probabilities do, so the isotonic fit is the
+    same, but they do not saturate: float64 probabilities round to 1.0 once a
+    logit leads the others by about 36.7, which would tie (and pool) samples
+    that the logits still rank. For a single score column ``s`` (the logits
+    ``(0, s)``) the log-odds of the positive class are ``s`` itself, so the
+    map is :class:`~sklearn.isotonic.IsotonicRegression` on the scores, as in
+    :class:`~sklearn.calibration.CalibratedClassifierCV` with
+    ``method="isotonic"``.
+
     Isotonic regression is flexible and needs a large calibration set; it may
     change the argmax, through ties of the step function and through the
     renormalisation, so report accuracy beside the calibration metrics.
@@ -148,11 +212,20 @@ class IsotonicCalibration(BaseCalibrator):
         probabilities). ``"top_label"``: one map on the confidence of the
         predicted class; the other classes are rescaled proportionally.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     X_thresholds_ : list of ndarray
         Per map (one per class for ``"ovr"``, one for ``"top_label"``), the
-        increasing input thresholds of the step function.
+        increasing input thresholds of the step function, in log-odds.
     y_thresholds_ : list of ndarray
         The matching calibrated values, non-decreasing in ``[0, 1]``.
     classes_ : ndarray of shape (n_classes,)
@@ -168,7 +241,8 @@ class IsotonicCalibration(BaseCalibrator):
     Notes
     -----
     Each map is scikit-learn's ``IsotonicRegression(y_min=0, y_max=1,
-    out_of_bounds="clip")`` fitted on the (weighted) calibration scores, so:
+    out_of_bounds="clip")`` fitted on the (weighted) log-odds of the
+    calibration probabilities, so:
 
     - tied calibration scores are pooled first, their targets averaged with
       their weights, and get one fitted value;
@@ -207,23 +281,51 @@ class IsotonicCalibration(BaseCalibrator):
         "mode": [StrOptions({"ovr", "top_label"})],
     }
 
-    def __init__(self, *, mode="ovr"):
+    def __init__(self, *, mode="ovr", classes=None):
         self.mode = mode
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         problems = _binary_problems(
-            _probabilities(logits), y, self.mode, sample_weight, _masked_classes(logits)
+            softmax_log_odds(logits), y, self.mode, sample_weight, _masked_classes(logits)
         )
         self.X_thresholds_, self.y_thresholds_ = [], []
         for scores, targets, weights in problems:
             if not np.any(weights > 0):  # masked in every calibration row
-                self.X_thresholds_.append(np.array([0.0, 1.0]))
-                self.y_thresholds_.append(np.array([0.0, 1.0]))
+                # No data, no correction: the identity on the probability,
+                # as a function of the log-odds (interpolated within 1e-4).
+                grid = np.linspace(-40.0, 40.0, 801)
+                self.X_thresholds_.append(grid)
+                self.y_thresholds_.append(expit(grid))
                 continue
             iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
             iso.fit(scores, targets, sample_weight=weights)
             self.X_thresholds_.append(iso.X_thresholds_)
             self.y_thresholds_.append(iso.y_thresholds_)
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        n_maps = 1 if self.mode == "top_label" else len(self.classes_)
+        x_list = check_state_list(self, "X_thresholds_", length=n_maps)
+        y_list = check_state_list(self, "y_thresholds_", length=n_maps)
+        for m, (x, values) in enumerate(zip(x_list, y_list, strict=True)):
+            x = check_state_array(
+                self, f"X_thresholds_[{m}]", value=x, ndim=1, finite=True
+            )
+            values = check_state_array(
+                self, f"y_thresholds_[{m}]", value=values, ndim=1, low=0.0, high=1.0
+            )
+            if x.shape[0] < 1 or values.shape != x.shape:
+                fail_state(
+                    self,
+                    f"y_thresholds_[{m}]",
+                    f"must hold one value per threshold ({x.shape[0]}, at least "
+                    f"1), got shape {values.shape}",
+                )
+            if np.any(np.diff(x) <= 0):
+                fail_state(self, f"X_thresholds_[{m}]", "must be strictly increasing")
+            if np.any(np.diff(values) < 0):
+                fail_state(self, f"y_thresholds_[{m}]", "must be non-decreasing")
 
     def _map(self, index, scores):
         x, values = self.X_thresholds_[index], self.y_thresholds_[index]
@@ -234,12 +336,19 @@ class IsotonicCalibration(BaseCalibrator):
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)
         masked = _masked_classes(logits)
+        log_odds = softmax_log_odds(logits)
         if self.mode == "top_label":
-            _, confidence, _ = _top_label_targets(proba, np.zeros(proba.shape[0]))
-            calibrated = _apply_top_label(proba, self._map(0, confidence), masked)
+            # The predicted class is the argmax of the log-odds, as in fit
+            # (probabilities that round to the same value would tie).
+            predicted, confidence, _ = _top_label_targets(
+                log_odds, np.zeros(proba.shape[0])
+            )
+            calibrated = _apply_top_label(
+                proba, self._map(0, confidence), masked, predicted
+            )
         else:
             calibrated = np.column_stack(
-                [self._map(k, proba[:, k]) for k in range(proba.shape[1])]
+                [self._map(k, log_odds[:, k]) for k in range(proba.shape[1])]
             )
         return _finish(calibrated, proba, masked)
 
@@ -289,6 +398,15 @@ class HistogramBinning(BaseCalibrator):
         ``"top_label"``: one histogram of the confidence of the predicted
         class; the other classes are rescaled proportionally.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     bin_edges_ : ndarray of shape (n_maps, n_bins + 1)
@@ -336,10 +454,32 @@ class HistogramBinning(BaseCalibrator):
         "mode": [StrOptions({"ovr", "top_label"})],
     }
 
-    def __init__(self, *, n_bins=15, strategy="uniform", mode="ovr"):
+    def __init__(self, *, n_bins=15, strategy="uniform", mode="ovr", classes=None):
         self.n_bins = n_bins
         self.strategy = strategy
         self.mode = mode
+        self.classes = classes
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        n_maps = 1 if self.mode == "top_label" else len(self.classes_)
+        edges = check_state_array(
+            self,
+            "bin_edges_",
+            shape=(n_maps, self.n_bins + 1),
+            low=0.0,
+            high=1.0,
+        )
+        if np.any(np.diff(edges, axis=1) < 0):
+            fail_state(self, "bin_edges_", "must be non-decreasing in every row")
+        if np.any(edges[:, 0] != 0.0) or np.any(edges[:, -1] != 1.0):
+            fail_state(self, "bin_edges_", "must start at 0 and end at 1 in every row")
+        check_state_array(
+            self, "bin_values_", shape=(n_maps, self.n_bins), low=0.0, high=1.0
+        )
+        check_state_array(
+            self, "bin_counts_", shape=(n_maps, self.n_bins), finite=True, low=0.0
+        )
 
     def _edges(self, scores, weights):
         if self.strategy == "uniform" or not np.any(weights > 0):

@@ -12,6 +12,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, StrOptions, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_float,
+    check_state_int,
+    fail_state,
+)
 from .utils._math import log_softmax, scale_logits
 from .utils._validation import check_device
 
@@ -89,6 +95,15 @@ class TemperatureScaling(BaseCalibrator):
         Maximum number of Newton iterations over the full data. A
         :class:`~sklearn.exceptions.ConvergenceWarning` is raised if reached.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     temperature_ : float
@@ -160,9 +175,10 @@ class TemperatureScaling(BaseCalibrator):
     }
     _preserves_argmax = True
 
-    def __init__(self, *, device="auto", max_iter=100):
+    def __init__(self, *, device="auto", max_iter=100, classes=None):
         self.device = device
         self.max_iter = max_iter
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         from ._torch._temperature import fit_inverse_temperature
@@ -207,6 +223,12 @@ class TemperatureScaling(BaseCalibrator):
                 stacklevel=4,
             )
 
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        # T > 0 keeps the order of the logits; T <= 0 would reverse or erase it.
+        check_state_float(self, "temperature_", low=0.0, low_open=True)
+        check_state_int(self, "n_iter_")
+
     def _calibrated_logits(self, logits):
         return scale_logits(logits, 1.0 / self.temperature_)
 
@@ -246,6 +268,17 @@ class _AffineCalibrator(BaseCalibrator):
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
     }
+
+    # Shapes of coef_ and intercept_ for n classes (the subclasses' layouts).
+    def _state_shapes(self, n_classes):
+        return (n_classes,), (n_classes,)
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        coef_shape, intercept_shape = self._state_shapes(len(self.classes_))
+        check_state_array(self, "coef_", shape=coef_shape, finite=True)
+        check_state_array(self, "intercept_", shape=intercept_shape, finite=True)
+        check_state_int(self, "n_iter_")
 
     def _solve(
         self, features, y, sample_weight, kind, reg_lambda=0.0, reg_mu=0.0, mask=None
@@ -384,6 +417,15 @@ class VectorScaling(_AffineCalibrator):
         ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
         applies to that rescaled problem.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     coef_ : ndarray of shape (n_classes,)
@@ -460,10 +502,11 @@ class VectorScaling(_AffineCalibrator):
     accuracy 0.882 -> 0.882
     """
 
-    def __init__(self, *, device="auto", max_iter=1000, tol=1e-7):
+    def __init__(self, *, device="auto", max_iter=1000, tol=1e-7, classes=None):
         self.device = device
         self.max_iter = max_iter
         self.tol = tol
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         mask = _mask_of(logits)
@@ -560,6 +603,15 @@ class MatrixScaling(_AffineCalibrator):
         optimum is still far. Logits whose spread lies outside ``2**-32`` to
         ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
         applies to that rescaled problem.
+
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
 
     Attributes
     ----------
@@ -666,15 +718,20 @@ class MatrixScaling(_AffineCalibrator):
         device="auto",
         max_iter=1000,
         tol=1e-7,
+        classes=None,
     ):
         self.reg_lambda = reg_lambda
         self.reg_mu = reg_mu
         self.device = device
         self.max_iter = max_iter
         self.tol = tol
+        self.classes = classes
 
     def _features(self, logits):
         return logits
+
+    def _state_shapes(self, n_classes):
+        return (n_classes, n_classes), (n_classes,)
 
     def _fit(self, logits, y, sample_weight):
         n_classes = logits.shape[1]
@@ -770,6 +827,15 @@ class DirichletCalibration(MatrixScaling):
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
         penalised objective is at most ``tol``.
+
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
 
     Attributes
     ----------
@@ -885,6 +951,15 @@ class PlattScaling(_AffineCalibrator):
         The solve stops when the largest absolute entry of the gradient of the
         mean weighted NLL is at most ``tol``.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     coef_ : ndarray of shape (1,)
@@ -955,11 +1030,20 @@ class PlattScaling(_AffineCalibrator):
         "smooth_targets": ["boolean"],
     }
 
-    def __init__(self, *, smooth_targets=True, device="auto", max_iter=1000, tol=1e-7):
+    def __init__(
+        self,
+        *,
+        smooth_targets=True,
+        device="auto",
+        max_iter=1000,
+        tol=1e-7,
+        classes=None,
+    ):
         self.smooth_targets = smooth_targets
         self.device = device
         self.max_iter = max_iter
         self.tol = tol
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         check_device(self.device)
@@ -1007,6 +1091,11 @@ class PlattScaling(_AffineCalibrator):
         result = self._solve(features, y, sample_weight, "vector")
         self.coef_ = result.coef[1:].copy()
         self.intercept_ = result.intercept[1:] - result.intercept[:1]
+
+    def _state_shapes(self, n_classes):
+        if n_classes != 2:
+            fail_state(self, "classes_", f"must hold 2 classes, got {n_classes}")
+        return (1,), (1,)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

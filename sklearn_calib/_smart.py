@@ -8,6 +8,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, StrOptions, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_float,
+    check_state_int,
+    check_state_list,
+)
 from .utils._math import scale_logits
 from .utils._validation import check_device
 
@@ -140,6 +146,15 @@ class SMART(BaseCalibrator):
         same CPU; different seeds differ by about 0.1 point of test ECE on
         CIFAR (see the user guide).
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     margin_mean_ : float
@@ -231,6 +246,7 @@ class SMART(BaseCalibrator):
         tol=1e-4,
         device="auto",
         random_state=None,
+        classes=None,
     ):
         self.hidden_sizes = hidden_sizes
         self.loss = loss
@@ -244,6 +260,7 @@ class SMART(BaseCalibrator):
         self.tol = tol
         self.device = device
         self.random_state = random_state
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         from ._torch._device import resolve_device, to_tensor
@@ -353,6 +370,32 @@ class SMART(BaseCalibrator):
                 stacklevel=4,
             )
 
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        check_state_float(self, "margin_mean_")
+        check_state_float(self, "margin_std_", low=MARGIN_STD_FLOOR)
+        # The network maps 1 standardised margin through the hidden layers to
+        # 1 raw temperature (sizes as in fit, computed here without torch).
+        sizes = (1, *_check_hidden_sizes(self.hidden_sizes), 1)
+        coefs = check_state_list(self, "coefs_", length=len(sizes) - 1)
+        intercepts = check_state_list(self, "intercepts_", length=len(sizes) - 1)
+        for i, (coef, intercept) in enumerate(zip(coefs, intercepts, strict=True)):
+            check_state_array(
+                self,
+                f"coefs_[{i}]",
+                value=coef,
+                shape=(sizes[i], sizes[i + 1]),
+                finite=True,
+            )
+            check_state_array(
+                self,
+                f"intercepts_[{i}]",
+                value=intercept,
+                shape=(sizes[i + 1],),
+                finite=True,
+            )
+        check_state_int(self, "n_iter_")
+
     def _temperatures(self, logits):
         from ._torch._smart import temperature_numpy
 
@@ -388,9 +431,10 @@ class SMART(BaseCalibrator):
         -------
         module : torch.nn.Module
             ``log_softmax(z / T(m))`` on the last dimension, with the fitted
-            margin statistics and network in float64 buffers and parameters;
-            exportable with ``torch.export.export`` (a program per input
-            dtype; see the user guide).
+            margin statistics and network weights in float64 buffers (frozen:
+            the module has no parameters, so training a model that contains
+            it never changes it); exportable with ``torch.export.export`` (a
+            program per input dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import SmartModule

@@ -6,6 +6,11 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 
 from .utils._compat import _fit_context, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_classes,
+    check_state_int,
+)
 from .utils._math import log_softmax, row_chunks, softmax
 from .utils._validation import (
     check_logits,
@@ -34,6 +39,34 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
     The mixins live on this base (rather than on each subclass) so that
     scikit-learn's ``set_output`` wraps the shared :meth:`transform`.
 
+    **Which class each logit column stands for.** Every calibrator takes a
+    ``classes`` parameter: the label of each logit column, in column order
+    (two labels, negative then positive, for a single score column). With it,
+    ``classes_`` is ``classes`` and ``y`` may hold any subset of it, a single
+    class included. With ``classes=None`` the classes are inferred from ``y``
+    by this rule, with ``U`` the distinct labels of ``y`` and ``K`` the number
+    of classes (the number of columns, 2 for a single score column):
+
+    1. integer labels whose smallest value is 0 and that all lie in
+       ``range(K)`` are the column indices themselves, whether or not every
+       index occurs: ``classes_ = arange(K)``;
+    2. otherwise, when ``U`` has exactly ``K`` labels (of any type, strings
+       too), ``classes_`` is ``U`` sorted and column ``j`` belongs to its
+       ``j``-th label (scikit-learn's order);
+    3. anything else raises a ``ValueError`` asking for ``classes=`` rather
+       than guessing: for example 1-based labels ``1..4`` whose calibration
+       set lacks label 4 (three labels for four columns, which could as well
+       be 0-based labels lacking 0), or string labels of which one is absent.
+
+    Without ``classes``, ``y`` must also hold at least two classes.
+
+    **Fitted state on loading.** Unpickling (pickle, joblib) and
+    ``skops.io.load`` restore the state through ``__setstate__``, which checks
+    it with ``_check_fitted_state``: a file whose fitted attributes were
+    edited into values that no fit produces (a negative temperature, NaN
+    weights, shapes that disagree with ``n_features_in_`` or ``classes_``) is
+    refused with a ``ValueError`` naming the attribute.
+
     Subclasses implement:
 
     - ``_fit(self, logits, y, sample_weight)``: ``logits`` is a float array
@@ -42,9 +75,15 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
       ``sample_weight`` is a float64 array with a positive sum.
     - ``_calibrated_logits(self, logits)``: calibrated logits (or
       log-probabilities) for a validated block of rows.
+    - ``_check_fitted_state(self)`` (extending the base's): raise a
+      ``ValueError`` naming the fitted attribute that is missing, not finite,
+      out of range or of the wrong shape.
+
+    Every subclass takes ``classes=None`` in its constructor and stores it as
+    ``self.classes``.
     """
 
-    _parameter_constraints: dict = {}
+    _parameter_constraints: dict = {"classes": ["array-like", None]}
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -57,8 +96,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
             score column for a binary problem. numpy arrays, lists, pandas
             DataFrames and torch tensors (on any device) are accepted.
         y : array-like of shape (n_samples,)
-            True labels. Any labels scikit-learn accepts (strings too); the
-            i-th logit column belongs to the i-th sorted class.
+            True labels. Any labels scikit-learn accepts (strings too). With
+            ``classes`` set, every label must be one of ``classes``;
+            otherwise they are matched to the columns by the rule of
+            :class:`BaseCalibrator` and a ``ValueError`` asks for
+            ``classes=`` where that is ambiguous.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights; ``None`` weighs every sample equally.
 
@@ -69,8 +111,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         """
         X, y = check_logits_and_labels(self, X, y)
         sample_weight = check_sample_weight(sample_weight, X)
-        self.classes_, y_encoded = resolve_classes(y, X.shape[1])
+        classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
         self._fit(expand_binary_scores(X), y_encoded, sample_weight)
+        # Set last: a fit that raises leaves no classes_ (and so no state
+        # that looks fitted but is incomplete).
+        self.classes_ = classes
         return self
 
     @abstractmethod
@@ -80,6 +125,41 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
     @abstractmethod
     def _calibrated_logits(self, logits):
         """Calibrated logits (or log-probabilities) of validated logits."""
+
+    def _check_fitted_state(self):
+        """Raise a ValueError if the fitted state is not one a fit produces.
+
+        The base checks what every calibrator shares: ``classes_`` (1-D,
+        distinct, at least 2) and ``n_features_in_`` (1 for a binary score
+        column, else the number of classes). Subclasses extend it with their
+        own attributes; see :mod:`sklearn_calib.utils._fitted_state`.
+        """
+        # The constructor parameters travel in the same file.
+        self._validate_params()
+        n_classes = check_state_classes(self)
+        n_features = check_state_int(self, "n_features_in_", low=1)
+        if n_features != n_classes and not (n_features == 1 and n_classes == 2):
+            raise ValueError(
+                f"Fitted attribute n_features_in_ of {type(self).__name__} is "
+                f"{n_features} but classes_ has {n_classes} classes; they must "
+                "agree (1 score column for 2 classes, else one column per class)."
+            )
+        if hasattr(self, "feature_names_in_"):
+            names = check_state_array(self, "feature_names_in_", ndim=1)
+            if names.shape[0] != n_features:
+                raise ValueError(
+                    f"Fitted attribute feature_names_in_ of {type(self).__name__} "
+                    f"has {names.shape[0]} names for n_features_in_={n_features}."
+                )
+
+    def __setstate__(self, state):
+        # Files of an earlier version have no classes parameter.
+        state.setdefault("classes", None)
+        super().__setstate__(state)
+        # Only a fitted state is checked: an unfitted estimator has no
+        # classes_ (fit sets it last).
+        if "classes_" in state:
+            self._check_fitted_state()
 
     def _check_fitted_input(self, X):
         """Validate logits at prediction time and expand a binary score column."""

@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
-from scipy.special import softmax
+from scipy.special import logsumexp, softmax
 from sklearn.calibration import calibration_curve
 from sklearn.isotonic import IsotonicRegression
 
 from sklearn_calib import HistogramBinning, IsotonicCalibration
+from sklearn_calib._binning import softmax_log_odds
 from sklearn_calib.metrics import expected_calibration_error
 from sklearn_calib.utils._testing import make_logits
 
@@ -18,12 +19,12 @@ def test_isotonic_ovr_matches_sklearn_isotonic_regression():
     weights = np.random.default_rng(0).uniform(0.5, 2.0, size=len(y))
     iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
     X_new, _ = make_logits(n_samples=300, n_classes=4, seed=4)
-    proba_new = softmax(X_new, axis=1)
+    # The maps regress on the log-odds of the probabilities (scipy's here).
     expected = np.column_stack(
         [
             IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")
-            .fit(softmax(X, axis=1)[:, k], y == k, sample_weight=weights)
-            .predict(proba_new[:, k])
+            .fit(log_odds(X)[:, k], y == k, sample_weight=weights)
+            .predict(log_odds(X_new)[:, k])
             for k in range(4)
         ]
     )
@@ -32,6 +33,87 @@ def test_isotonic_ovr_matches_sklearn_isotonic_regression():
     np.testing.assert_allclose(
         iso.predict_proba(X_new), expected, rtol=1e-10, atol=1e-12
     )
+
+
+def log_odds(X):
+    """``log(p_k / (1 - p_k))`` of softmax(X) by scipy: z_k - logsumexp(others)."""
+    return np.column_stack(
+        [
+            X[:, k] - logsumexp(np.delete(X, k, axis=1), axis=1)
+            for k in range(X.shape[1])
+        ]
+    )
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1e4, 1e150])
+def test_log_odds_match_scipy(scale):
+    X, _ = make_logits(n_samples=500, n_classes=5, seed=8)
+    X = X * scale
+    reference = log_odds(X)
+    got = softmax_log_odds(X)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-12)
+    # The binary score column s: the log-odds of the logits (0, s) are (-s, s).
+    s = X[:, :1]
+    np.testing.assert_allclose(
+        softmax_log_odds(np.hstack([np.zeros_like(s), s])),
+        np.hstack([-s, s]),
+        rtol=1e-15,
+    )
+
+
+def test_isotonic_keeps_the_ranking_of_saturated_scores():
+    # Above a score of ~36.7, float64 probabilities are all 1.0: a fit on them
+    # pools these samples into one value (0.5 each here).
+    s = np.array([38.0, 39.0, 40.0, 41.0])
+    y = np.array([0, 0, 1, 1])
+    assert len(np.unique(1 / (1 + np.exp(-s)))) == 1
+    reference = IsotonicRegression(out_of_bounds="clip").fit(s, y)
+    fitted = IsotonicCalibration().fit(s[:, None], y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(s[:, None])[:, 1], [0, 0, 1, 1], atol=1e-11
+    )
+    s_new = np.array([37.0, 38.5, 39.25, 40.5, 45.0])
+    np.testing.assert_allclose(
+        fitted.predict_proba(s_new[:, None])[:, 1],
+        reference.predict(s_new),
+        atol=1e-11,
+    )
+    top = IsotonicCalibration(mode="top_label").fit(s[:, None], y)
+    # Top label: all predict class 1, correct for the two largest scores.
+    np.testing.assert_allclose(
+        top.predict_proba(s[:, None])[:, 1], [0, 0, 1, 1], atol=1e-11
+    )
+
+
+def test_calibrated_perceptron_matches_sklearn_isotonic():
+    # The example of issue 11: a Perceptron on features scaled by 10 has
+    # decision values in the thousands, far beyond saturation; scikit-learn's
+    # isotonic calibration regresses on them directly, and so does this one.
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import Perceptron
+    from sklearn.model_selection import StratifiedKFold
+
+    from sklearn_calib import CalibratedClassifier
+
+    X, y = make_classification(n_samples=1200, n_features=20, random_state=0)
+    X = 10 * X
+    X_train, y_train, X_test = X[:600], y[:600], X[600:]
+    splits = list(
+        StratifiedKFold(5, shuffle=True, random_state=0).split(X_train, y_train)
+    )
+    ours = CalibratedClassifier(
+        Perceptron(random_state=0), IsotonicCalibration(), cv=splits
+    ).fit(X_train, y_train)
+    reference = CalibratedClassifierCV(
+        Perceptron(random_state=0), method="isotonic", cv=splits
+    ).fit(X_train, y_train)
+    scores = np.abs(ours.estimators_[0].decision_function(X_test))
+    assert np.median(scores) > 100  # saturated as probabilities
+    proba = ours.predict_proba(X_test)
+    np.testing.assert_allclose(proba, reference.predict_proba(X_test), atol=1e-11)
+    assert len(np.unique(proba[:, 1].round(9))) > 50
 
 
 def test_isotonic_top_label_maps_confidence():
@@ -153,13 +235,14 @@ def test_isotonic_ties_pool_their_targets():
     X, X_test = np.round(X / 3) * 3, np.round(X_test / 3) * 3
     p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
     assert len(np.unique(p[:, 0])) < len(p) / 4
+    lo, lo_test = log_odds(X), log_odds(X_test)
     fitted = IsotonicCalibration().fit(X, y)
     for k in range(p.shape[1]):
-        reference = sklearn_isotonic(p[:, k], y == k)
+        reference = sklearn_isotonic(lo[:, k], y == k)
         np.testing.assert_allclose(fitted.X_thresholds_[k], reference.X_thresholds_)
         np.testing.assert_allclose(fitted.y_thresholds_[k], reference.y_thresholds_)
     expected = np.column_stack(
-        [sklearn_isotonic(p[:, k], y == k).predict(p_test[:, k]) for k in range(4)]
+        [sklearn_isotonic(lo[:, k], y == k).predict(lo_test[:, k]) for k in range(4)]
     )
     np.testing.assert_allclose(
         fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
@@ -194,7 +277,7 @@ def test_isotonic_row_with_all_zero_maps_keeps_its_uncalibrated_probabilities():
     uniform = np.zeros((1, 3))
     assert (
         max(
-            np.interp(1 / 3, x, v)
+            np.interp(np.log(0.5), x, v)  # the log-odds of 1/3
             for x, v in zip(fitted.X_thresholds_, fitted.y_thresholds_, strict=True)
         )
         == 0
@@ -206,10 +289,10 @@ def test_isotonic_top_label_matches_a_hand_computation():
     X, y, X_test, _ = split_logits(seed=4)
     p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
     correct = p.argmax(axis=1) == y
-    iso = sklearn_isotonic(p.max(axis=1), correct)
+    iso = sklearn_isotonic(log_odds(X).max(axis=1), correct)
     top = p_test.argmax(axis=1)
     old = p_test.max(axis=1)
-    new = iso.predict(old)
+    new = iso.predict(log_odds(X_test).max(axis=1))
     expected = p_test * ((1 - new) / (1 - old))[:, None]
     expected[np.arange(len(top)), top] = new
     fitted = IsotonicCalibration(mode="top_label").fit(X, y)

@@ -1,4 +1,9 @@
-"""``nn.Module`` exports of fitted calibrators, for deployment beside a network."""
+"""``nn.Module`` exports of fitted calibrators, for deployment beside a network.
+
+Every export holds its fitted values in buffers and has no parameters: it
+moves with ``.to(device)``, is saved in ``state_dict()``, and no optimizer
+over a parent module (nor ``requires_grad_()`` on it) can change it.
+"""
 
 import torch
 from torch import nn
@@ -39,14 +44,37 @@ class TemperatureModule(nn.Module):
         return torch.log_softmax(logits * scale.to(logits.dtype), dim=-1)
 
 
+class _FrozenLinear(nn.Module):
+    """``x @ weight.T + bias`` with the weights in buffers, not parameters.
+
+    A calibrator's export is fitted state: buffers are never returned by
+    ``parameters()``, so an optimizer over a parent module cannot change
+    them, and ``requires_grad_()`` on the parent cannot unfreeze them.
+    """
+
+    def __init__(self, coef, intercept):
+        super().__init__()
+        # coef is (n_in, n_out) as in MLPClassifier; nn.Linear's layout is its
+        # transpose.
+        weight = torch.as_tensor(coef, dtype=torch.float64).T.contiguous().clone()
+        self.register_buffer("weight", weight)
+        self.register_buffer(
+            "bias", torch.as_tensor(intercept, dtype=torch.float64).clone()
+        )
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(inputs, self.weight, self.bias)
+
+
 class SmartModule(nn.Module):
     """Maps logits to calibrated log-probabilities: log_softmax(z / T(m)).
 
     ``m`` is the gap between the two largest logits, standardised with the
     calibration statistics, and T(m) = softplus(MLP(m)) + 0.1 (SMART). The
-    network computes in the dtype of its buffers and parameters (float64
-    unless converted). A single score column ``s`` is read as the logits (0, s).
-    ``-inf`` logits (masked classes) get log-probability ``-inf``.
+    network computes in the dtype of its buffers (float64 unless converted);
+    like every export, it holds buffers only and no trainable parameter. A
+    single score column ``s`` is read as the logits (0, s). ``-inf`` logits
+    (masked classes) get log-probability ``-inf``.
     """
 
     def __init__(self, margin_mean: float, margin_std: float, coefs, intercepts):
@@ -55,15 +83,7 @@ class SmartModule(nn.Module):
             self.register_buffer(name, torch.tensor(value, dtype=torch.float64))
         layers: list[nn.Module] = []
         for index, (coef, intercept) in enumerate(zip(coefs, intercepts, strict=True)):
-            # skip_init: the fitted values replace the initialisation, which
-            # would otherwise draw from the global generator.
-            linear = nn.utils.skip_init(
-                nn.Linear, coef.shape[0], coef.shape[1], dtype=torch.float64
-            )
-            with torch.no_grad():
-                linear.weight.copy_(torch.as_tensor(coef).T)
-                linear.bias.copy_(torch.as_tensor(intercept))
-            layers.append(linear)
+            layers.append(_FrozenLinear(coef, intercept))
             if index < len(coefs) - 1:
                 layers.append(nn.ReLU())
         self.network = nn.Sequential(*layers)

@@ -3,7 +3,13 @@
 Every metric takes ``(y_true, y_prob, *, ..., sample_weight=None, labels=None)``
 in scikit-learn's vocabulary, returns a Python float and is a loss (lower is
 better). The binned metrics share one binning implementation and convention
-(``docs/user_guide/binning.rst``); their scorers are named ``neg_<metric>``.
+(``docs/user_guide/binning.rst``); their scorers are named ``neg_<metric>``
+(the multiclass Brier score's is ``neg_multiclass_brier_score``, since
+``neg_brier_score`` is scikit-learn's halved binary definition).
+
+scikit-learn does not know the scorer names: pass scorer objects as
+``scoring=`` (``get_scorer(name)``, or ``get_scorers()`` for a dict of all of
+them), not the strings.
 
 The metrics of prediction sets (``set_coverage``, ``mean_set_size``, ...) take
 the boolean sets of a conformal classifier instead of probabilities; their
@@ -31,9 +37,9 @@ from ._report import calibration_report
 from ._scorer import (
     get_scorer,
     get_scorer_names,
+    get_scorers,
     neg_adaptive_calibration_error,
     neg_aurc,
-    neg_brier_score,
     neg_classwise_calibration_error,
     neg_excess_aurc,
     neg_expected_calibration_error,
@@ -41,6 +47,7 @@ from ._scorer import (
     neg_maximum_calibration_error,
     neg_mean_set_size,
     neg_median_set_size,
+    neg_multiclass_brier_score,
     neg_rms_calibration_error,
     neg_smooth_calibration_error,
 )
@@ -71,12 +78,12 @@ __all__ = [
     "expected_calibration_error",
     "get_scorer",
     "get_scorer_names",
+    "get_scorers",
     "log_loss",
     "maximum_calibration_error",
     "mean_set_size",
     "median_set_size",
     "neg_adaptive_calibration_error",
-    "neg_brier_score",
     "neg_classwise_calibration_error",
     "neg_expected_calibration_error",
     "neg_aurc",
@@ -85,6 +92,7 @@ __all__ = [
     "neg_maximum_calibration_error",
     "neg_mean_set_size",
     "neg_median_set_size",
+    "neg_multiclass_brier_score",
     "neg_rms_calibration_error",
     "neg_smooth_calibration_error",
     "rms_calibration_error",
