@@ -15,6 +15,7 @@ from ._scaling import (
     TemperatureScaling,
     VectorScaling,
 )
+from ._selection import CalibratorSelector
 from ._smart import SMART
 from .base import BaseCalibrator
 
@@ -23,6 +24,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BaseCalibrator",
     "CalibratedClassifier",
+    "CalibratorSelector",
     "HistogramBinning",
     "IsotonicCalibration",
     "DirichletCalibration",
