@@ -17,6 +17,7 @@ from ._scaling import (
     TemperatureScaling,
     VectorScaling,
 )
+from ._selection import CalibratorSelector
 from ._smart import SMART
 from ._spline import SplineCalibration
 from ._venn_abers import VennAbersCalibration
@@ -28,6 +29,7 @@ __all__ = [
     "BaseCalibrator",
     "BetaCalibration",
     "CalibratedClassifier",
+    "CalibratorSelector",
     "EnsembleTemperatureScaling",
     "HistogramBinning",
     "IsotonicCalibration",

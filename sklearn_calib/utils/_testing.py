@@ -7,11 +7,20 @@ considered for the common tests.
 
 import numpy as np
 
+from .._binning import IsotonicCalibration
+from .._scaling import TemperatureScaling
+
 # Constructor parameters that keep the common tests fast. An empty dict means
 # the defaults are already fast.
 FAST_PARAMS = {
     "BetaCalibration": {},
     "EnsembleTemperatureScaling": {"device": "cpu"},
+    # Two fast candidates (one torch, one numpy) and three splits keep the seven
+    # fits per check cheap.
+    "CalibratorSelector": {
+        "calibrators": [TemperatureScaling(device="cpu"), IsotonicCalibration()],
+        "cv": 3,
+    },
     "HistogramBinning": {},
     "IsotonicCalibration": {},
     # The affine maps stop at a gradient tolerance; scikit-learn's check that
