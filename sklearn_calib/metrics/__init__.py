@@ -6,6 +6,7 @@ better). The binned metrics share one binning implementation and convention
 (``docs/user_guide/binning.rst``); their scorers are named ``neg_<metric>``.
 """
 
+from ._accumulators import BinnedCalibrationAccumulator, ProperScoreAccumulator
 from ._bootstrap import BootstrapInterval, bootstrap_interval
 from ._calibration import (
     CalibrationCurve,
@@ -16,6 +17,7 @@ from ._calibration import (
     maximum_calibration_error,
     rms_calibration_error,
 )
+from ._chunked import chunked_calibration_report, equal_mass_bin_edges
 from ._proper import (
     BrierDecomposition,
     brier_score,
@@ -38,16 +40,20 @@ from ._scorer import (
 from ._smooth import smooth_calibration_error
 
 __all__ = [
+    "BinnedCalibrationAccumulator",
     "BootstrapInterval",
     "BrierDecomposition",
     "CalibrationCurve",
+    "ProperScoreAccumulator",
     "adaptive_calibration_error",
     "bootstrap_interval",
     "brier_score",
     "brier_score_decomposition",
     "calibration_curve",
     "calibration_report",
+    "chunked_calibration_report",
     "classwise_calibration_error",
+    "equal_mass_bin_edges",
     "expected_calibration_error",
     "get_scorer",
     "get_scorer_names",
