@@ -196,6 +196,7 @@ class SequentialSource:
         self.n_cols = n_cols
         self.dtype = dtype
         self.n_samples = n_samples
+        self.n_chunks = None
         self._weighted = weighted
 
     def chunks(self):
@@ -336,9 +337,12 @@ def as_chunk_source(X, y=None, sample_weight=None, *, chunk_rows=None):
         if hasattr(X, "to_dask") and _has_dask():
             return DaskSource(*X.to_dask())
         source = SequentialSource(_reiterable(X))
-        for attribute in ("n_cols", "dtype", "n_samples"):
+        # What a ChunkedDataset knows from its headers saves a pass.
+        for attribute in ("n_cols", "dtype", "n_samples", "n_chunks"):
             if hasattr(X, attribute):
                 setattr(source, attribute, getattr(X, attribute))
+        if hasattr(X, "weighted"):
+            source._weighted = bool(X.weighted)
         return source
     if is_dask_array(X):
         return DaskSource(X, y, sample_weight)
@@ -375,4 +379,46 @@ def as_chunk_source(X, y=None, sample_weight=None, *, chunk_rows=None):
     raise TypeError(
         "X must be a dask array, a zarr array, a numpy array or memmap, or (with "
         f"y=None) an iterable of (X, y) chunks; got {type(X).__name__}."
+    )
+
+
+def _call_method(block, *, estimator, method):
+    return getattr(estimator, method)(block)
+
+
+def map_dask_method(estimator, X, method):
+    """``estimator.<method>`` over the row blocks of a dask array, lazily.
+
+    The fitted estimator travels with the graph (it is small); each block is
+    an ordinary numpy call, so the result is a dask array with X's row chunks:
+    probabilities or log-probabilities (n_samples, n_classes), or labels
+    (n_samples,).
+    """
+    if X.ndim == 1:
+        X = X[:, None]
+    n_cols = int(X.shape[1])
+    expected = getattr(estimator, "n_features_in_", n_cols)
+    if n_cols != expected:
+        raise ValueError(
+            f"X has {n_cols} features, but {type(estimator).__name__} is expecting "
+            f"{expected} features as input."
+        )
+    X = X.rechunk({1: -1})
+    func = functools.partial(_call_method, estimator=estimator, method=method)
+    if method == "predict":
+        classes = estimator.classes_
+        return X.map_blocks(
+            func,
+            dtype=classes.dtype,
+            chunks=(X.chunks[0],),
+            drop_axis=1,
+            meta=np.empty((0,), dtype=classes.dtype),
+        )
+    dtype = np.float32 if X.dtype == np.float32 else np.float64
+    n_classes = len(estimator.classes_)
+    return X.map_blocks(
+        func,
+        dtype=dtype,
+        chunks=(X.chunks[0], (n_classes,)),
+        meta=np.empty((0, 0), dtype=dtype),
     )

@@ -116,6 +116,10 @@ class TemperatureScaling(BaseCalibrator):
             *_torch_inputs(logits, y, sample_weight, self.device),
             max_iter=self.max_iter,
         )
+        self._store_temperature_fit(result)
+
+    def _store_temperature_fit(self, result):
+        """Set the fitted attributes from a solve (in memory or over chunks)."""
         self.n_iter_ = result.n_iter
         self.temperature_ = 1.0 / result.beta
         if result.status == "max_iter":
@@ -124,7 +128,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"Newton iterations (gradient {result.gradient:.3e}); increase "
                 "max_iter.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "at_upper_beta":
             warnings.warn(
@@ -133,7 +137,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"{self.temperature_:.4g}; use a calibration set with errors for a "
                 "meaningful temperature.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "at_lower_beta":
             warnings.warn(
@@ -141,7 +145,7 @@ class TemperatureScaling(BaseCalibrator):
                 "ranking information about y. T was clamped to its upper bound "
                 f"{self.temperature_:.4g}.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "constant":
             warnings.warn(
@@ -149,7 +153,7 @@ class TemperatureScaling(BaseCalibrator):
                 "spread by less than 1e-289); the temperature has no effect "
                 "and was left at T = 1.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
 
     def _calibrated_logits(self, logits):
@@ -215,6 +219,11 @@ class _AffineCalibrator(BaseCalibrator):
             max_iter=self.max_iter,
             tol=self.tol,
         )
+        self._check_affine_result(result)
+        return result
+
+    def _check_affine_result(self, result):
+        """Store n_iter_ and warn when a solve (in memory or over chunks) fell short."""
         self.n_iter_ = result.n_iter
         name = type(self).__name__
         if result.status == "max_iter":
@@ -223,7 +232,7 @@ class _AffineCalibrator(BaseCalibrator):
                 f"{result.solver} iterations: the largest gradient entry is "
                 f"{result.gradient:.3e} > tol={self.tol:g}. Increase max_iter.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "stalled" and result.gradient > self.tol:
             warnings.warn(
@@ -233,9 +242,8 @@ class _AffineCalibrator(BaseCalibrator):
                 "optimum may lie at infinity (for example a class that the "
                 "logits separate perfectly); consider a regularised method.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
-        return result
 
 
 class VectorScaling(_AffineCalibrator):

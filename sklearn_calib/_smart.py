@@ -224,16 +224,9 @@ class SMART(BaseCalibrator):
         keep = sample_weight > 0
         if not keep.all():
             logits, y, sample_weight = logits[keep], y[keep], sample_weight[keep]
-        effective = sample_weight.sum() ** 2 / np.sum(sample_weight**2)
-        if effective < MIN_RELIABLE_SAMPLES:
-            warnings.warn(
-                f"SMART was fitted on {effective:.0f} (effective) calibration "
-                f"samples; below {MIN_RELIABLE_SAMPLES} its per-margin "
-                "temperatures are too noisy to be reliable, and "
-                "TemperatureScaling is usually as good or better.",
-                UserWarning,
-                stacklevel=4,
-            )
+        self._warn_effective_samples(
+            sample_weight.sum() ** 2 / np.sum(sample_weight**2)
+        )
 
         margins = logit_margins(logits)
         total = sample_weight.sum()
@@ -280,6 +273,18 @@ class SMART(BaseCalibrator):
         self.loss_curve_ = result.loss_curve
         self.best_loss_ = result.best_loss
         self.n_iter_ = result.n_iter
+
+    def _warn_effective_samples(self, effective):
+        """Warn below MIN_RELIABLE_SAMPLES (effective) calibration samples."""
+        if effective < MIN_RELIABLE_SAMPLES:
+            warnings.warn(
+                f"SMART was fitted on {effective:.0f} (effective) calibration "
+                f"samples; below {MIN_RELIABLE_SAMPLES} its per-margin "
+                "temperatures are too noisy to be reliable, and "
+                "TemperatureScaling is usually as good or better.",
+                UserWarning,
+                stacklevel=5,
+            )
 
     def _temperatures(self, logits):
         from ._torch._smart import temperature_numpy
