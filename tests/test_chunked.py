@@ -6,6 +6,8 @@ binning bin for bin. SMART trains by mini-batches; with one chunk it is the
 full-batch fit.
 """
 
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -386,3 +388,39 @@ def test_open_chunks_refuses_objects_and_bad_layouts(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert len(list(data)) == 1
+
+
+def test_everything_but_dask_arrays_works_without_dask(tmp_path):
+    # A fresh interpreter in which dask cannot be imported (histogram binning:
+    # no torch either, so the interpreter starts fast).
+    code = """
+import sys
+sys.modules["dask"] = None
+sys.modules["distributed"] = None
+import numpy as np
+from sklearn_calib import HistogramBinning
+from sklearn_calib.metrics import chunked_calibration_report
+rng = np.random.default_rng(0)
+y = rng.integers(0, 3, size=900)
+X = 3 * np.eye(3)[y] + rng.normal(size=(900, 3))
+np.save(sys.argv[1], X)
+mapped = np.load(sys.argv[1], mmap_mode="r")
+chunks = [(X[:400], y[:400]), (X[400:], y[400:])]
+expected = HistogramBinning(strategy="quantile").fit(X, y).bin_values_
+for fitted in (
+    HistogramBinning(strategy="quantile").fit_chunks(chunks),
+    HistogramBinning(strategy="quantile").fit(mapped, y),
+):
+    np.testing.assert_allclose(fitted.bin_values_, expected, rtol=1e-12)
+report = chunked_calibration_report(chunks, metrics=["ece", "adaptive_ece"])
+assert not [m for m in sys.modules if m.startswith("dask") and sys.modules[m]]
+print("ok")
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "x.npy")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
