@@ -127,8 +127,18 @@ def _merge_scans(a, b):
 class ChunkedData:
     """A validated chunk source and what the first pass learnt about it."""
 
-    def __init__(self, estimator, source):
-        scan = source.reduce(_scan_chunk, _merge_scans)
+    def __init__(self, estimator, source, *, sample_rows=None):
+        # ``sample_rows(n_samples)``: rows to gather, in the first pass when
+        # the number of rows is known before reading (dask arrays, files).
+        self.sample = None
+        if sample_rows is not None and source.n_samples is not None:
+            scan, raw = source.reduce(
+                _scan_chunk, _merge_scans, gather=sample_rows(source.n_samples)
+            )
+            self._raw_sample = raw
+        else:
+            scan = source.reduce(_scan_chunk, _merge_scans)
+            self._raw_sample = None
         if scan["n_samples"] == 0:
             raise ValueError(
                 "Found array with 0 sample(s) while a minimum of 1 is required."
@@ -162,6 +172,11 @@ class ChunkedData:
         self.class_weight = class_weight
         self.weight_squares = float(scan["weight_squares"])
         self.weighted = source.weighted
+        if sample_rows is not None:
+            raw = self._raw_sample
+            if raw is None:
+                raw = source.gather(sample_rows(self.n_samples))
+            self.sample = self.encode(*raw)
         estimator.classes_ = classes
         estimator.n_features_in_ = self.n_cols
         if hasattr(estimator, "feature_names_in_"):
@@ -216,8 +231,10 @@ def fit_temperature_chunks(data, max_iter=100):
         )
 
     # The in-memory solver reads the logit scale and runs its warm start on
-    # these evenly spaced rows; gathering the same rows gives the same start.
-    sample = data.gather(spaced_row_indices(data.n_samples))
+    # evenly spaced rows; gathering the same rows gives the same start.
+    sample = data.sample
+    if sample is None:
+        sample = data.gather(spaced_row_indices(data.n_samples))
     result, _ = fit_inverse_temperature_chunked(
         sample, reduce, data.n_samples, max_iter=max_iter
     )
@@ -854,6 +871,17 @@ def chunked_fitter(estimator):
     return None
 
 
+def _sample_rows(estimator):
+    """Rows that a fit reads besides its passes: temperature's warm start."""
+    from ._scaling import TemperatureScaling, VectorScaling
+
+    if isinstance(estimator, TemperatureScaling | VectorScaling):
+        from ._torch._chunked import spaced_row_indices
+
+        return spaced_row_indices
+    return None
+
+
 def fit_source(estimator, source):
     """Fit ``estimator`` on a chunk source; the entry of ``fit`` and ``fit_chunks``."""
     fitter = chunked_fitter(estimator)
@@ -865,5 +893,6 @@ def fit_source(estimator, source):
             f"are {', '.join(supported)}. Load the data into a numpy array (for "
             "example X.compute()) if it fits in memory."
         )
-    fitter(estimator, ChunkedData(estimator, source))
+    data = ChunkedData(estimator, source, sample_rows=_sample_rows(estimator))
+    fitter(estimator, data)
     return estimator

@@ -142,44 +142,52 @@ class DaskSource:
     def _delayed_parts(self, func):
         from dask import delayed
 
-        xs = self.X.to_delayed().ravel()
-        ys = self.y.to_delayed().ravel()
+        # Unoptimised, so that the blocks keep the keys of X, y and w: a
+        # gather computed in the same graph then reads each block once.
+        def blocks(array):
+            return array.to_delayed(optimize_graph=False).ravel()
+
+        xs = blocks(self.X)
+        ys = blocks(self.y)
         ws = (
-            self.sample_weight.to_delayed().ravel()
+            blocks(self.sample_weight)
             if self.sample_weight is not None
             else [None] * len(xs)
         )
         task = delayed(func, pure=True)
         return [task(x, y, w) for x, y, w in zip(xs, ys, ws, strict=True)]
 
-    def reduce(self, func, combine=operator.add):
+    def reduce(self, func, combine=operator.add, *, gather=None):
         """``combine`` over ``func(X_chunk, y_chunk, w_chunk)`` of every chunk.
 
         One dask graph: a task per chunk and a tree of combine tasks, computed
-        by the active scheduler.
+        by the active scheduler. With ``gather`` (sorted global row indices),
+        also returns those rows ``(X, y, w)``, read in the same pass.
         """
-        return _combine_tree(self._delayed_parts(func), combine).compute()
+        import dask
+
+        root = _combine_tree(self._delayed_parts(func), combine)
+        if gather is None:
+            return root.compute()
+        parts = self._gather_parts(gather)
+        result, *values = dask.compute(root, *parts, optimize_graph=False)
+        return result, _gathered(values)
+
+    def _gather_parts(self, rows):
+        parts = [self.X[rows], self.y[rows]]
+        if self.sample_weight is not None:
+            parts.append(self.sample_weight[rows])
+        return parts
 
     def gather(self, rows):
         """The rows of the sorted global indices ``rows``, as numpy arrays."""
         import dask
 
-        parts = [self.X[rows], self.y[rows]]
-        if self.sample_weight is not None:
-            parts.append(self.sample_weight[rows])
-        values = dask.compute(*parts)
-        return values[0], values[1], values[2] if len(values) > 2 else None
+        return _gathered(dask.compute(*self._gather_parts(rows)))
 
-    def map_rows(self, func, n_out, dtype):
-        """Lazily apply ``func`` to every row chunk of X: a dask array."""
-        drop = n_out is None
-        return self.X.map_blocks(
-            func,
-            dtype=dtype,
-            chunks=(self.row_chunks,) if drop else (self.row_chunks, (n_out,)),
-            drop_axis=1 if drop else None,
-            meta=np.empty((0,) if drop else (0, 0), dtype=dtype),
-        )
+
+def _gathered(values):
+    return values[0], values[1], values[2] if len(values) > 2 else None
 
 
 class SequentialSource:
@@ -229,32 +237,54 @@ class SequentialSource:
                 raise ValueError("The chunks hold no data: the iterable is empty.")
         return self.n_cols
 
-    def reduce(self, func, combine=operator.add):
+    def reduce(self, func, combine=operator.add, *, gather=None):
         result = None
+        picked = _RowPicker(gather) if gather is not None else None
         for X, y, w in self.chunks():
+            if picked is not None:
+                picked.add(X, y, w)
             value = func(X, y, w)
             result = value if result is None else combine(result, value)
         if result is None:
             raise ValueError("The chunks hold no data: the iterable is empty.")
-        return result
+        return result if picked is None else (result, picked.rows())
 
     def gather(self, rows):
-        rows = np.asarray(rows)
-        out_X, out_y, out_w = [], [], []
-        start = 0
+        picked = _RowPicker(rows)
         for X, y, w in self.chunks():
-            n = np.shape(X)[0]
-            lo, hi = np.searchsorted(rows, [start, start + n])
-            local = rows[lo:hi] - start
-            if local.size:
-                out_X.append(np.asarray(X)[local])
-                out_y.append(_as_numpy_labels(y)[local])
-                out_w.append(None if w is None else np.asarray(w)[local])
-            start += n
-        X = np.concatenate(out_X)
-        y = np.concatenate(out_y)
-        w = None if any(v is None for v in out_w) else np.concatenate(out_w)
-        return X, y, w
+            picked.add(X, y, w)
+        return picked.rows()
+
+
+class _RowPicker:
+    """Collects the rows of sorted global indices from consecutive chunks."""
+
+    def __init__(self, rows):
+        self._rows = np.asarray(rows)
+        self._start = 0
+        self._parts = ([], [], [])
+
+    def add(self, X, y, w):
+        n = np.shape(X)[0]
+        lo, hi = np.searchsorted(self._rows, [self._start, self._start + n])
+        local = self._rows[lo:hi] - self._start
+        if local.size:
+            self._parts[0].append(np.asarray(X)[local])
+            self._parts[1].append(_as_numpy_labels(y)[local])
+            self._parts[2].append(None if w is None else np.asarray(w)[local])
+        self._start += n
+
+    def rows(self):
+        X, y, w = self._parts
+        if not X:
+            raise ValueError("None of the requested rows is in the chunks.")
+        weights = None
+        if any(v is not None for v in w):
+            # A chunk without weights weighs its rows by 1.
+            weights = np.concatenate(
+                [np.ones(len(x)) if v is None else v for x, v in zip(X, w, strict=True)]
+            )
+        return np.concatenate(X), np.concatenate(y), weights
 
 
 def _split_chunk(chunk):
