@@ -24,10 +24,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-# Rows per chunk when a memmap, zarr or .npy array is split: about this many
-# bytes of logits, so a few chunks in flight (one per thread) stay far below a
-# gigabyte together with their temporaries.
-DEFAULT_CHUNK_BYTES = 2**25
+# Rows per chunk when a memmap or .npy array is split: about this many bytes of
+# logits, so that the chunks in flight (one or two per thread) and their
+# temporaries stay far below a gigabyte, while a pass over 4 GB is a few
+# hundred tasks.
+DEFAULT_CHUNK_BYTES = 2**24
 # Children per combine task of the reduction tree.
 _TREE_WIDTH = 8
 

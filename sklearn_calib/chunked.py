@@ -263,7 +263,7 @@ def open_chunks(
     weight_key : str, default="sample_weight"
         Name of the optional sample-weight array.
     chunk_rows : int, default=None
-        Rows per chunk when one large array is split: by default about 32 MiB
+        Rows per chunk when one large array is split: by default about 16 MiB
         of logits per chunk (zarr: its own chunks).
 
     Returns
