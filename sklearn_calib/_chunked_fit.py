@@ -43,6 +43,8 @@ _BLOCK_ELEMENTS = 2**18
 _NEWTON_PARAMS = 128
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 40
+# At most about this many evaluations of SMART's full-data loss per fit.
+_SMART_EVALUATIONS = 100
 
 
 # --- the first pass: validation, labels, weights ---------------------------------
@@ -755,9 +757,10 @@ def _fit_smart(estimator, data):
     gradient is that of a mini-batch, not of the whole calibration set; chunks
     are visited in a shuffled order each epoch (dask sources; iterables in
     their own order); the parameters kept are those with the lowest exact
-    full-data loss among the epoch boundaries (one extra pass each), not the
-    best of every step. The margin standardisation is exact. With a single
-    chunk, the fit is the full-batch one.
+    full-data loss among the epoch boundaries (one extra pass each, at most
+    about ``_SMART_EVALUATIONS`` in all), not the best of every step. The
+    margin standardisation is exact. With a single chunk, the fit is the
+    full-batch one.
     """
     import torch
     from sklearn.utils import check_random_state
@@ -816,17 +819,22 @@ def _fit_smart(estimator, data):
 
     rng = check_random_state(estimator.random_state)
     chunks = _smart_chunk_order(data, np.random.default_rng(rng.randint(2**31 - 1)))
+    # The full-data loss is evaluated at epoch boundaries, every few epochs
+    # when there are many (few chunks), so that the evaluations stay a
+    # fraction of the training's passes.
+    n_epochs = -(-estimator.max_iter // n_chunks)
+    every = n_chunks * max(1, -(-n_epochs // _SMART_EVALUATIONS))
     epoch_losses = [full_loss()]
     trainer.offer(epoch_losses[0])
     best, best_step = epoch_losses[0], 0
     for step in range(estimator.max_iter):
-        if step and step % n_chunks == 0:
+        if step and step % every == 0:
             epoch_losses.append(full_loss())
             trainer.offer(epoch_losses[-1])
             if epoch_losses[-1] < best - estimator.tol:
                 best, best_step = epoch_losses[-1], step
             if estimator.early_stopping and step - best_step >= max(
-                estimator.n_iter_no_change, n_chunks
+                estimator.n_iter_no_change, every
             ):
                 break
         problem, _ = _smart_problem(*next(chunks), mean=mean, std=std, device=device)

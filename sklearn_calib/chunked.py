@@ -15,13 +15,14 @@ is that of a chunk.
 """
 
 import re
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from ._chunks import default_chunk_rows, import_dask_array
 
-__all__ = ["ChunkedDataset", "open_chunks"]
+__all__ = ["ChunkedDataset", "apply_chunks", "open_chunks"]
 
 
 def _npy_header(path):
@@ -108,14 +109,46 @@ class _ZarrRows:
         return np.asarray(self.array[start:stop])
 
 
-def _read_piece(piece):
+class _Progress:
+    """Counts chunk reads (thread-safe) and reports them to a callback."""
+
+    def __init__(self, callback, n_chunks):
+        self.callback = callback
+        self.n_chunks = n_chunks
+        self.done = 0
+        self._lock = threading.Lock()
+
+    def __call__(self):
+        with self._lock:
+            self.done += 1
+            done = self.done
+        self.callback(done, self.n_chunks)
+
+    def __getstate__(self):
+        # A lock does not pickle: dask ships the dataset to worker processes.
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+
+def _read_piece(piece, progress=None):
     """The (X, y, w) arrays of one chunk: ``piece`` = (readers, start, stop)."""
     readers, start, stop = piece
-    return tuple(None if r is None else r.read(start, stop) for r in readers)
+    values = tuple(None if r is None else r.read(start, stop) for r in readers)
+    if progress is not None:
+        progress()
+    return values
 
 
-def _read_part(reader, start, stop):
-    return reader.read(start, stop)
+def _read_part(reader, start, stop, progress=None):
+    values = reader.read(start, stop)
+    if progress is not None:
+        progress()
+    return values
 
 
 class ChunkedDataset:
@@ -142,8 +175,11 @@ class ChunkedDataset:
         Whether the data holds sample weights.
     """
 
-    def __init__(self, pieces, *, n_cols, dtype, description):
+    def __init__(self, pieces, *, n_cols, dtype, description, progress=None):
         self._pieces = pieces
+        self._progress = None
+        if progress is not None:
+            self._progress = _Progress(progress, len(pieces))
         self.n_samples = int(sum(stop - start for _, start, stop in pieces))
         self.n_cols = int(n_cols)
         self.dtype = np.dtype(dtype)
@@ -156,7 +192,7 @@ class ChunkedDataset:
 
     def __iter__(self):
         for piece in self._pieces:
-            X, y, w = _read_piece(piece)
+            X, y, w = _read_piece(piece, self._progress)
             yield (X, y) if w is None else (X, y, w)
 
     def __repr__(self):
@@ -185,9 +221,13 @@ class ChunkedDataset:
                 if reader is None:
                     continue
                 shape = (n,) + tuple(reader.shape[1:])
+                # Progress counts the reads of the logits, one per chunk.
+                progress = self._progress if index == 0 else None
                 parts[index].append(
                     da.from_delayed(
-                        read(reader, start, stop), shape=shape, dtype=reader.dtype
+                        read(reader, start, stop, progress),
+                        shape=shape,
+                        dtype=reader.dtype,
                     )
                 )
         arrays = [da.concatenate(p, axis=0) if p else None for p in parts]
@@ -231,6 +271,7 @@ def open_chunks(
     y_key="y",
     weight_key="sample_weight",
     chunk_rows=None,
+    progress=None,
 ):
     """Open logits and labels stored in chunks, without reading them.
 
@@ -265,6 +306,11 @@ def open_chunks(
     chunk_rows : int, default=None
         Rows per chunk when one large array is split: by default about 16 MiB
         of logits per chunk (zarr: its own chunks).
+    progress : callable, default=None
+        Called as ``progress(done, n_chunks)`` after every chunk read, where
+        ``done`` counts the chunks read since opening, over all passes (a fit
+        reads the data a few times). With dask, it is called by the task that
+        read the chunk (a thread of this process with the default scheduler).
 
     Returns
     -------
@@ -303,19 +349,24 @@ def open_chunks(
     ):
         raise ValueError(f"chunk_rows must be a positive integer, got {chunk_rows!r}.")
     if _is_zarr_store(path):
-        return _open_zarr(path, logits_key, y_key, weight_key, chunk_rows)
-    if path.is_file():
-        if path.suffix.lower() != ".npz":
-            raise ValueError(
-                f"{path}: a single file must be a .npz chunk; pass the folder of "
-                ".npy files instead."
-            )
-        files = [path]
+        dataset = _open_zarr(path, logits_key, y_key, weight_key, chunk_rows)
     else:
-        files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".npz")
-    if files:
-        return _open_npz(files, logits_key, y_key, weight_key, path)
-    return _open_npy(path, logits_key, y_key, weight_key, chunk_rows)
+        if path.is_file():
+            if path.suffix.lower() != ".npz":
+                raise ValueError(
+                    f"{path}: a single file must be a .npz chunk; pass the folder "
+                    "of .npy files instead."
+                )
+            files = [path]
+        else:
+            files = sorted(p for p in path.iterdir() if p.suffix.lower() == ".npz")
+        if files:
+            dataset = _open_npz(files, logits_key, y_key, weight_key, path)
+        else:
+            dataset = _open_npy(path, logits_key, y_key, weight_key, chunk_rows)
+    if progress is not None:
+        dataset._progress = _Progress(progress, dataset.n_chunks)
+    return dataset
 
 
 def _open_zarr(path, logits_key, y_key, weight_key, chunk_rows):
@@ -437,3 +488,100 @@ def _open_npy(folder, logits_key, y_key, weight_key, chunk_rows):
     return ChunkedDataset(
         pieces, n_cols=width, dtype=dtype, description=f".npy files in {folder}"
     )
+
+
+_APPLY_METHODS = ("predict_proba", "transform", "predict_log_proba", "predict")
+
+
+def _chunk_logits(chunk):
+    """The logits of a chunk given as an array or as an (X, y[, w]) tuple."""
+    if isinstance(chunk, tuple | list):
+        return chunk[0]
+    return chunk
+
+
+def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
+    """Apply a fitted calibrator to logits in chunks, writing one ``.npy`` file.
+
+    Each chunk is calibrated and appended to ``path`` as soon as it is read,
+    so memory holds one chunk and its result, whatever the size of the data.
+
+    Parameters
+    ----------
+    estimator : fitted calibrator
+        Any fitted calibrator of this library.
+    chunks : ChunkedDataset, re-iterable or callable
+        Chunks of logits: arrays, or ``(X, y)`` / ``(X, y, sample_weight)``
+        tuples (the labels are ignored), as given to
+        :meth:`~sklearn_calib.TemperatureScaling.fit_chunks`. When the total
+        number of rows is not known in advance (an iterable without
+        ``n_samples``), the chunks are read twice: once to count them.
+    path : str or path-like
+        The ``.npy`` file to write (overwritten).
+    method : {"predict_proba", "transform", "predict_log_proba", "predict"}, \
+            default="predict_proba"
+        The calibrator's method: probabilities, log-probabilities (the last
+        two) or labels.
+
+    Returns
+    -------
+    path : pathlib.Path
+        The file written: an array of shape (n_samples, n_classes), or
+        (n_samples,) for ``"predict"``.
+
+    Examples
+    --------
+    >>> import tempfile, pathlib
+    >>> import numpy as np
+    >>> from sklearn_calib import TemperatureScaling
+    >>> from sklearn_calib.chunked import apply_chunks
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, size=600)
+    >>> logits = 4 * np.eye(3)[y] + rng.normal(scale=2, size=(600, 3))
+    >>> chunks = [logits[:200], logits[200:]]
+    >>> ts = TemperatureScaling(device="cpu").fit(logits, y)
+    >>> out = apply_chunks(ts, chunks, pathlib.Path(tempfile.mkdtemp()) / "p.npy")
+    >>> np.allclose(np.load(out), ts.predict_proba(logits))
+    True
+    """
+    from ._chunks import _reiterable
+    from .utils._compat import check_is_fitted
+
+    if method not in _APPLY_METHODS:
+        raise ValueError(f"method must be one of {_APPLY_METHODS}, got {method!r}.")
+    check_is_fitted(estimator)
+    factory = _reiterable(chunks)
+    n_samples = getattr(chunks, "n_samples", None)
+    if n_samples is None:
+        n_samples = sum(np.shape(_chunk_logits(c))[0] for c in factory())
+    path = Path(path)
+    written = 0
+    with open(path, "wb") as f:
+        header_written = False
+        for chunk in factory():
+            X = _chunk_logits(chunk)
+            if np.shape(X)[0] == 0:
+                continue
+            out = np.asarray(getattr(estimator, method)(X))
+            if out.dtype.hasobject:
+                raise TypeError(
+                    "The labels of this calibrator are Python objects, which an "
+                    ".npy file cannot hold without pickling; use predict_proba."
+                )
+            if not header_written:
+                header = {
+                    "descr": np.lib.format.dtype_to_descr(out.dtype),
+                    "fortran_order": False,
+                    "shape": (n_samples,) + out.shape[1:],
+                }
+                np.lib.format.write_array_header_2_0(f, header)
+                header_written = True
+            np.ascontiguousarray(out).tofile(f)
+            written += out.shape[0]
+    if not header_written or written != n_samples:
+        path.unlink(missing_ok=True)
+        raise ValueError(
+            f"The chunks held {written} rows, but {n_samples} were announced; the "
+            "data changed between two reads."
+        )
+    return path

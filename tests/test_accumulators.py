@@ -305,7 +305,7 @@ def _chunks(logits, y, weights, rng):
 @pytest.mark.parametrize("weights", [None, "integer", "real"])
 def test_equal_mass_edges_are_exact(dtype, weights):
     rng = np.random.default_rng(14)
-    logits, y = random_logits(n_samples=2000, n_classes=4, seed=15, dtype=dtype)
+    logits, y = random_logits(n_samples=800, n_classes=4, seed=15, dtype=dtype)
     # Ties: repeated rows make equal confidences straddle the quantiles.
     logits[::7] = logits[0]
     proba = softmax(logits.copy())
@@ -313,7 +313,7 @@ def test_equal_mass_edges_are_exact(dtype, weights):
         weights = rng.integers(0, 3, size=y.shape[0]).astype(float)
     elif weights == "real":
         weights = rng.random(y.shape[0])
-    for n_bins in (1, 2, 15):
+    for n_bins in (1, 15):
         edges = equal_mass_bin_edges(_chunks(logits, y, weights, rng), n_bins=n_bins)
         curve = calibration_curve(
             y, proba, n_bins=n_bins, strategy="quantile", sample_weight=weights

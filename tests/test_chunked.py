@@ -22,7 +22,7 @@ from sklearn_calib import (
     TemperatureScaling,
     VectorScaling,
 )
-from sklearn_calib.chunked import open_chunks
+from sklearn_calib.chunked import apply_chunks, open_chunks
 from sklearn_calib.metrics import (
     chunked_calibration_report,
     expected_calibration_error,
@@ -227,11 +227,11 @@ def test_smart_mini_batches_calibrate_real_logits():
     X, y = data["logits_val"], data["y_val"]
     X_test, y_test = data["logits_test"], data["y_test"]
     chunks = [(X[i : i + 2500], y[i : i + 2500]) for i in range(0, 5000, 2500)]
-    smart = SMART(device="cpu", random_state=0, max_iter=400).fit_chunks(chunks)
+    smart = SMART(device="cpu", random_state=0, max_iter=200).fit_chunks(chunks)
     raw = expected_calibration_error(y_test, softmax(X_test.copy()))
     calibrated = expected_calibration_error(y_test, smart.predict_proba(X_test))
     assert calibrated < raw / 2
-    assert smart.n_iter_ == 400 and smart.loss_curve_.shape == (400,)
+    assert smart.n_iter_ == 200 and smart.loss_curve_.shape == (200,)
     assert np.isfinite(smart.best_loss_) and smart.margin_std_ > 0
     # The margin statistics are exact: the weighted mean and population std.
     top2 = np.sort(X, axis=1)[:, -2:].astype(np.float64)
@@ -424,3 +424,22 @@ print("ok")
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_apply_chunks_and_progress(tmp_path):
+    X, y = toy_logits(n_samples=700, n_classes=3, seed=13, dtype=np.float32)
+    folder = tmp_path / "parts"
+    folder.mkdir()
+    for i, (a, b) in enumerate([(0, 0), (0, 300), (300, 700)]):
+        np.savez(folder / f"p{i}.npz", logits=X[a:b], y=y[a:b])
+    seen = []
+    data = open_chunks(folder, progress=lambda done, total: seen.append((done, total)))
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    out = apply_chunks(ts, data, tmp_path / "proba.npy")
+    np.testing.assert_array_equal(np.load(out), ts.predict_proba(X))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    # A plain list of arrays, the labels and the log-probabilities.
+    labels = apply_chunks(ts, [X[:10], X[10:]], tmp_path / "y.npy", method="predict")
+    np.testing.assert_array_equal(np.load(labels), ts.predict(X))
+    with pytest.raises(ValueError, match="method must be"):
+        apply_chunks(ts, [X], tmp_path / "z.npy", method="fit")
