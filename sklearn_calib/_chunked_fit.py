@@ -45,6 +45,9 @@ _ARMIJO = 1e-4
 _MAX_HALVINGS = 40
 # At most about this many evaluations of SMART's full-data loss per fit.
 _SMART_EVALUATIONS = 100
+# Chunks prepared for SMART's steps are kept when all of them take at most
+# this much memory (small data split into chunks); larger data is re-read.
+_SMART_CACHE_BYTES = 2**28
 
 
 # --- the first pass: validation, labels, weights ---------------------------------
@@ -730,21 +733,36 @@ def _smart_loss_sums(
     )
 
 
+def _dask_block(data, index):
+    import dask
+
+    source = data.source
+    parts = [source.X.blocks[index], source.y.blocks[index]]
+    if source.sample_weight is not None:
+        parts.append(source.sample_weight.blocks[index])
+    values = dask.compute(*parts)
+    return data.encode(*values, *([None] * (3 - len(values))))
+
+
 def _smart_chunk_order(data, rng):
     """Chunks for the Adam steps: shuffled each epoch where the source allows."""
     source = data.source
     if hasattr(source, "X") and hasattr(source.X, "blocks"):
-        import dask
-
-        n_chunks = source.n_chunks
         while True:
-            for index in rng.permutation(n_chunks):
-                parts = [source.X.blocks[index], source.y.blocks[index]]
-                if source.sample_weight is not None:
-                    parts.append(source.sample_weight.blocks[index])
-                values = dask.compute(*parts)
-                yield data.encode(*values, *([None] * (3 - len(values))))
+            for index in rng.permutation(source.n_chunks):
+                yield _dask_block(data, index)
     while True:
+        for chunk in source.chunks():
+            yield data.encode(*chunk)
+
+
+def _all_chunks(data):
+    """Every encoded chunk once, in order."""
+    source = data.source
+    if hasattr(source, "X") and hasattr(source.X, "blocks"):
+        for index in range(source.n_chunks):
+            yield _dask_block(data, index)
+    else:
         for chunk in source.chunks():
             yield data.encode(*chunk)
 
@@ -766,9 +784,13 @@ def _fit_smart(estimator, data):
     from sklearn.utils import check_random_state
 
     from ._smart import MARGIN_STD_FLOOR, _check_hidden_sizes
-    from ._torch._chunked import SmartMiniBatchTrainer, smart_loss_from_sums
+    from ._torch._chunked import (
+        SmartMiniBatchTrainer,
+        smart_chunk_sums,
+        smart_loss_from_sums,
+    )
     from ._torch._device import resolve_device
-    from ._torch._smart import initial_parameters, seeded_generator
+    from ._torch._smart import _one_cpu_thread, initial_parameters, seeded_generator
 
     hidden_sizes = _check_hidden_sizes(estimator.hidden_sizes)
     device = resolve_device(check_device(estimator.device))
@@ -798,27 +820,83 @@ def _fit_smart(estimator, data):
         device=device,
     )
 
-    def full_loss():
-        coefs, intercepts = trainer.parameters()
-        sums = data.reduce(
-            functools.partial(
-                _smart_loss_sums,
-                mean=mean,
-                std=std,
-                coefs=coefs,
-                intercepts=intercepts,
-                loss=estimator.loss,
-                n_bins=estimator.n_bins,
-                sigma=estimator.sigma,
-                delta=estimator.delta,
-            )
-        )
-        return smart_loss_from_sums(
-            sums, data.total_weight, estimator.loss, estimator.delta
-        )
-
+    loss_options = {
+        "loss": estimator.loss,
+        "n_bins": estimator.n_bins,
+        "sigma": estimator.sigma,
+        "delta": estimator.delta,
+    }
     rng = check_random_state(estimator.random_state)
-    chunks = _smart_chunk_order(data, np.random.default_rng(rng.randint(2**31 - 1)))
+    order_rng = np.random.default_rng(rng.randint(2**31 - 1))
+    # One torch thread for the whole training, as in memory: the per-chunk
+    # operations are small, and on a busy machine more threads cost far more
+    # in synchronisation than they gain.
+    with _one_cpu_thread(device):
+        problem_bytes = 2 * data.n_samples * data.n_classes * data.dtype.itemsize
+        if problem_bytes <= _SMART_CACHE_BYTES:
+            # Small data: every chunk is prepared once and kept (the
+            # mini-batches are the same; only the re-reading is saved).
+            cached = [
+                prepared
+                for chunk in _all_chunks(data)
+                for prepared in [
+                    _smart_problem(*chunk, mean=mean, std=std, device=device)
+                ]
+                if prepared[0] is not None
+            ]
+
+            def problems():
+                while True:
+                    for index in order_rng.permutation(len(cached)):
+                        yield cached[index][0]
+
+            def full_loss():
+                coefs, intercepts = trainer.parameters()
+                sums = sum(
+                    smart_chunk_sums(problem, total, coefs, intercepts, **loss_options)
+                    for problem, total in cached
+                )
+                return smart_loss_from_sums(
+                    sums, data.total_weight, estimator.loss, estimator.delta
+                )
+
+        else:
+
+            def problems():
+                for chunk in _smart_chunk_order(data, order_rng):
+                    problem, _ = _smart_problem(
+                        *chunk, mean=mean, std=std, device=device
+                    )
+                    if problem is not None:
+                        yield problem
+
+            def full_loss():
+                coefs, intercepts = trainer.parameters()
+                sums = data.reduce(
+                    functools.partial(
+                        _smart_loss_sums,
+                        mean=mean,
+                        std=std,
+                        coefs=coefs,
+                        intercepts=intercepts,
+                        **loss_options,
+                    )
+                )
+                return smart_loss_from_sums(
+                    sums, data.total_weight, estimator.loss, estimator.delta
+                )
+
+        fit = _train_smart(estimator, trainer, problems(), full_loss, n_chunks)
+    estimator.coefs_ = fit.coefs
+    estimator.intercepts_ = fit.intercepts
+    estimator.loss_curve_ = fit.loss_curve
+    estimator.best_loss_ = fit.best_loss
+    estimator.n_iter_ = fit.n_iter
+    return estimator
+
+
+def _train_smart(estimator, trainer, problems, full_loss, n_chunks):
+    """Adam steps over the chunks, the exact loss at (some) epoch boundaries."""
     # The full-data loss is evaluated at epoch boundaries, every few epochs
     # when there are many (few chunks), so that the evaluations stay a
     # fraction of the training's passes.
@@ -837,20 +915,13 @@ def _fit_smart(estimator, data):
                 estimator.n_iter_no_change, every
             ):
                 break
-        problem, _ = _smart_problem(*next(chunks), mean=mean, std=std, device=device)
-        if problem is not None:
-            trainer.step(problem)
+        trainer.step(next(problems))
     epoch_losses.append(full_loss())
     trainer.offer(epoch_losses[-1])
     fit = trainer.result(epoch_losses)
     if not np.isfinite(fit.best_loss):
         raise FloatingPointError("the SMART loss is not finite at any epoch boundary")
-    estimator.coefs_ = fit.coefs
-    estimator.intercepts_ = fit.intercepts
-    estimator.loss_curve_ = fit.loss_curve
-    estimator.best_loss_ = fit.best_loss
-    estimator.n_iter_ = fit.n_iter
-    return estimator
+    return fit
 
 
 # --- dispatch ---

@@ -443,3 +443,22 @@ def test_apply_chunks_and_progress(tmp_path):
     np.testing.assert_array_equal(np.load(labels), ts.predict(X))
     with pytest.raises(ValueError, match="method must be"):
         apply_chunks(ts, [X], tmp_path / "z.npy", method="fit")
+
+
+def test_smart_streamed_and_cached_chunks_take_the_same_steps(monkeypatch):
+    da = pytest.importorskip("dask.array")
+    import sklearn_calib._chunked_fit as chunked_fit
+
+    X, y = toy_logits(n_samples=3000, n_classes=5, seed=14, dtype=np.float64)
+    X_dask = da.from_array(X, chunks=(1000, 5))
+    params = {"device": "cpu", "random_state": 3, "max_iter": 60}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # few samples
+        cached = SMART(**params).fit(X_dask, y)
+        # Data too large to keep: every step reads its chunk again.
+        monkeypatch.setattr(chunked_fit, "_SMART_CACHE_BYTES", 0)
+        streamed = SMART(**params).fit(X_dask, y)
+    np.testing.assert_allclose(streamed.loss_curve_, cached.loss_curve_, rtol=1e-12)
+    for a, b in zip(streamed.coefs_, cached.coefs_, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+    assert streamed.best_loss_ == pytest.approx(cached.best_loss_, rel=1e-12)
