@@ -117,7 +117,12 @@ class DaskSource:
             if values is None:
                 return None
             if not is_dask_array(values):
-                values = da.from_array(_as_numpy_labels(values), chunks=(row_chunks,))
+                if not (is_zarr_array(values) or isinstance(values, np.memmap)):
+                    values = _as_numpy_labels(values)
+                # name=False: no hashing of the data to name the graph; a zarr
+                # or memmap array stays on disk.
+                chunks = (row_chunks,) + (-1,) * (values.ndim - 1)
+                values = da.from_array(values, chunks=chunks, name=False)
             if values.ndim == 2 and values.shape[1] == 1:
                 values = values[:, 0]
             if values.ndim != 1 or values.shape[0] != X.shape[0]:
@@ -389,7 +394,8 @@ def as_chunk_source(X, y=None, sample_weight=None, *, chunk_rows=None):
             # already in memory is simply sliced.
             da = import_dask_array()
             chunks = (chunk_rows,) if X.ndim == 1 else (chunk_rows, n_cols)
-            dask_X = da.from_array(X, chunks=chunks, asarray=True)
+            # name=False: no hashing of the data to name the graph.
+            dask_X = da.from_array(X, chunks=chunks, asarray=True, name=False)
             return DaskSource(dask_X, y, sample_weight)
         y_array = y if is_zarr_array(y) else _as_numpy_labels(y)
         w_array = sample_weight
