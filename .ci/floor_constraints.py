@@ -17,7 +17,9 @@ import sys
 import tomllib
 from pathlib import Path
 
-REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*>=\s*([0-9][^,;\s]*)\s*$")
+REQUIREMENT = re.compile(
+    r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?\s*>=\s*([0-9][^,;\s]*)\s*$"
+)
 
 
 def floors(pyproject):

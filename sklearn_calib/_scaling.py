@@ -187,6 +187,10 @@ class TemperatureScaling(BaseCalibrator):
             *_torch_inputs(logits, y, sample_weight, self.device),
             max_iter=self.max_iter,
         )
+        self._store_temperature_fit(result)
+
+    def _store_temperature_fit(self, result):
+        """Set the fitted attributes from a solve (in memory or over chunks)."""
         self.n_iter_ = result.n_iter
         self.temperature_ = 1.0 / result.beta
         if result.status == "max_iter":
@@ -195,7 +199,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"Newton iterations (gradient {result.gradient:.3e}); increase "
                 "max_iter.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "at_upper_beta":
             warnings.warn(
@@ -204,7 +208,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"{self.temperature_:.4g}; use a calibration set with errors for a "
                 "meaningful temperature.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "at_lower_beta":
             warnings.warn(
@@ -212,7 +216,7 @@ class TemperatureScaling(BaseCalibrator):
                 "ranking information about y. T was clamped to its upper bound "
                 f"{self.temperature_:.4g}.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "constant":
             warnings.warn(
@@ -220,7 +224,7 @@ class TemperatureScaling(BaseCalibrator):
                 "spread by less than 1e-289, or every row has a single finite "
                 "logit); the temperature has no effect and was left at T = 1.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
 
     def _check_fitted_state(self):
@@ -335,11 +339,17 @@ class _AffineCalibrator(BaseCalibrator):
                 "derivatives overflow. If large negative values mark masked "
                 "classes (such as finfo.min or -1e30), pass -inf instead."
             ) from None
+        self._check_affine_result(result, n_classes=features.shape[1])
+        return result
+
+    def _check_affine_result(self, result, n_classes):
+        """Store n_iter_ and warn when a solve (in memory or over chunks) fell short."""
+        name = type(self).__name__
         self.n_iter_ = result.n_iter
-        n_frozen = result.n_absent + result.n_separable
+        n_frozen = getattr(result, "n_absent", 0) + getattr(result, "n_separable", 0)
         if n_frozen:
             warnings.warn(
-                f"{name}: for {n_frozen:,} of the {features.shape[1]:,} classes the "
+                f"{name}: for {n_frozen:,} of the {n_classes:,} classes the "
                 "calibration data determine no finite scale and bias "
                 f"({result.n_absent:,} have no calibration sample, "
                 f"{result.n_separable:,} are separated from every other sample by "
@@ -355,7 +365,7 @@ class _AffineCalibrator(BaseCalibrator):
                 f"the largest gradient entry is {result.gradient:.3e} > "
                 f"tol={self.tol:g}"
             )
-            if result.gradient <= self.tol:
+            if result.gradient <= self.tol and hasattr(result, "decrement"):
                 detail = (
                     f"the largest gradient entry is {result.gradient:.3e} but a "
                     "Newton step still predicts a decrease of the loss by "
@@ -365,7 +375,7 @@ class _AffineCalibrator(BaseCalibrator):
                 f"{name} did not converge in max_iter={self.max_iter} "
                 f"{result.solver} iterations: {detail}. Increase max_iter.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "stalled" and result.gradient > self.tol:
             warnings.warn(
@@ -375,9 +385,8 @@ class _AffineCalibrator(BaseCalibrator):
                 "optimum may lie at infinity (for example a class that the "
                 "logits separate perfectly); consider a regularised method.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
-        return result
 
 
 class VectorScaling(_AffineCalibrator):

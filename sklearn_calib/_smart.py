@@ -280,16 +280,9 @@ class SMART(BaseCalibrator):
         if not keep.all():
             logits, y, sample_weight = logits[keep], y[keep], sample_weight[keep]
         sample_weight = sample_weight / sample_weight.max()
-        effective = sample_weight.sum() ** 2 / np.sum(sample_weight**2)
-        if effective < MIN_RELIABLE_SAMPLES:
-            warnings.warn(
-                f"SMART was fitted on {effective:.0f} (effective) calibration "
-                f"samples; below {MIN_RELIABLE_SAMPLES} its per-margin "
-                "temperatures are too noisy to be reliable, and "
-                "TemperatureScaling is usually as good or better.",
-                UserWarning,
-                stacklevel=4,
-            )
+        self._warn_effective_samples(
+            sample_weight.sum() ** 2 / np.sum(sample_weight**2)
+        )
 
         margins = logit_margins(logits)
         rows = np.arange(logits.shape[0])
@@ -395,6 +388,18 @@ class SMART(BaseCalibrator):
                 finite=True,
             )
         check_state_int(self, "n_iter_")
+
+    def _warn_effective_samples(self, effective):
+        """Warn below MIN_RELIABLE_SAMPLES (effective) calibration samples."""
+        if effective < MIN_RELIABLE_SAMPLES:
+            warnings.warn(
+                f"SMART was fitted on {effective:.0f} (effective) calibration "
+                f"samples; below {MIN_RELIABLE_SAMPLES} its per-margin "
+                "temperatures are too noisy to be reliable, and "
+                "TemperatureScaling is usually as good or better.",
+                UserWarning,
+                stacklevel=5,
+            )
 
     def _temperatures(self, logits):
         from ._torch._smart import temperature_numpy

@@ -5,6 +5,7 @@ from abc import abstractmethod
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 
+from ._chunks import as_chunk_source, is_dask_array, is_out_of_core, map_dask_method
 from .utils._compat import _fit_context, check_is_fitted
 from .utils._fitted_state import (
     check_state_array,
@@ -94,7 +95,10 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
             Logits of the model to calibrate, one column per class, or one
             score column for a binary problem. numpy arrays, lists, pandas
-            DataFrames and torch tensors (on any device) are accepted.
+            DataFrames and torch tensors (on any device) are accepted. A dask
+            array, a zarr array or a ``numpy.memmap`` is read chunk by chunk
+            in bounded memory by the calibrators that support it (see
+            :meth:`fit_chunks`); the others read it into memory.
         y : array-like of shape (n_samples,)
             True labels. Any labels scikit-learn accepts (strings too). With
             ``classes`` set, every label must be one of ``classes``;
@@ -109,6 +113,13 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         self : object
             The fitted calibrator.
         """
+        if is_out_of_core(X):
+            # Data on disk or in a dask graph: the chunked fit, for the methods
+            # that have one (the others read the array into memory, as before).
+            from ._chunked_fit import chunked_fitter, fit_source
+
+            if chunked_fitter(self) is not None:
+                return fit_source(self, as_chunk_source(X, y, sample_weight))
         X, y = check_logits_and_labels(self, X, y)
         sample_weight = check_sample_weight(sample_weight, X)
         classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
@@ -117,6 +128,40 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         # that looks fitted but is incomplete).
         self.classes_ = classes
         return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_chunks(self, chunks):
+        """Fit the calibrator on data given in chunks, in bounded memory.
+
+        The data is read a few times, one chunk at a time (or as a dask graph,
+        chunks in parallel), and never held in memory as a whole.
+        TemperatureScaling, VectorScaling and PlattScaling reach the same
+        solution as :meth:`fit` on the concatenated data (the same tolerance),
+        HistogramBinning the same bins; SMART trains by mini-batches, one Adam
+        step per chunk. Other calibrators raise a ``TypeError``.
+
+        Parameters
+        ----------
+        chunks : iterable or callable
+            ``(X, y)`` or ``(X, y, sample_weight)`` tuples of numpy-compatible
+            arrays, as a re-iterable (a list, the result of
+            :func:`sklearn_calib.chunked.open_chunks`) or a callable returning
+            a new iterator at each call; a one-shot generator cannot be read
+            several times and is refused. Chunks may differ in size; empty
+            ones are skipped.
+
+        Returns
+        -------
+        self : object
+            The fitted calibrator.
+
+        See Also
+        --------
+        fit : Also accepts dask, zarr and memmap arrays directly.
+        """
+        from ._chunked_fit import fit_source
+
+        return fit_source(self, as_chunk_source(chunks))
 
     @abstractmethod
     def _fit(self, logits, y, sample_weight):
@@ -192,8 +237,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_samples, n_classes)
             Rows on the probability simplex, columns ordered as ``classes_``.
-            float32 logits give float32 probabilities.
+            float32 logits give float32 probabilities. A dask array ``X``
+            gives a dask array, computed block by block when asked.
         """
+        if is_dask_array(X):
+            return map_dask_method(self, X, "predict_proba")
         return self._map_rows(X, lambda block: softmax(block, out=block))
 
     def transform(self, X):
@@ -207,8 +255,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         log_proba : ndarray of shape (n_samples, n_classes)
-            ``log(predict_proba(X))``, computed stably.
+            ``log(predict_proba(X))``, computed stably (a dask array for a
+            dask array ``X``).
         """
+        if is_dask_array(X):
+            return map_dask_method(self, X, "transform")
         return self._map_rows(X, lambda block: log_softmax(block, out=block))
 
     def predict_log_proba(self, X):
@@ -226,8 +277,10 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            Labels from ``classes_``.
+            Labels from ``classes_`` (a dask array for a dask array ``X``).
         """
+        if is_dask_array(X):
+            return map_dask_method(self, X, "predict")
         logits = self._check_fitted_input(X)
         codes = np.empty(logits.shape[0], dtype=np.intp)
         for rows in row_chunks(*logits.shape):

@@ -17,6 +17,7 @@ names end in neither ``_error`` nor ``_loss``, as they are not calibration
 losses.
 """
 
+from ._accumulators import BinnedCalibrationAccumulator, ProperScoreAccumulator
 from ._bootstrap import BootstrapInterval, bootstrap_interval
 from ._calibration import (
     CalibrationCurve,
@@ -27,6 +28,7 @@ from ._calibration import (
     maximum_calibration_error,
     rms_calibration_error,
 )
+from ._chunked import chunked_calibration_report, equal_mass_bin_edges
 from ._proper import (
     BrierDecomposition,
     brier_score,
@@ -63,9 +65,11 @@ from ._sets import (
 from ._smooth import smooth_calibration_error
 
 __all__ = [
+    "BinnedCalibrationAccumulator",
     "BootstrapInterval",
     "BrierDecomposition",
     "CalibrationCurve",
+    "ProperScoreAccumulator",
     "SetSizeCoverage",
     "adaptive_calibration_error",
     "bootstrap_interval",
@@ -73,8 +77,10 @@ __all__ = [
     "brier_score_decomposition",
     "calibration_curve",
     "calibration_report",
+    "chunked_calibration_report",
     "classwise_calibration_error",
     "classwise_coverage",
+    "equal_mass_bin_edges",
     "expected_calibration_error",
     "get_scorer",
     "get_scorer_names",
