@@ -414,8 +414,8 @@ class HistogramBinning(BaseCalibrator):
     bin_values_ : ndarray of shape (n_maps, n_bins)
         Calibrated value of each bin.
     bin_counts_ : ndarray of shape (n_maps, n_bins)
-        Calibration weight that fell in each bin, in units of the largest
-        sample weight (the number of samples for unit weights); masked
+        Calibration weight that fell in each bin (the number of samples for
+        unit weights); masked
         entries of a class are not counted in its bins.
     classes_ : ndarray of shape (n_classes,)
         Class labels.
@@ -510,7 +510,9 @@ class HistogramBinning(BaseCalibrator):
             midpoints = 0.5 * (self.bin_edges_[m, :-1] + self.bin_edges_[m, 1:])
             with np.errstate(divide="ignore", invalid="ignore"):
                 self.bin_values_[m] = np.where(mass > 0, hits / mass, midpoints)
-            self.bin_counts_[m] = mass
+            # The weights were divided by their maximum (for precision): the
+            # counts are reported in the caller's units.
+            self.bin_counts_[m] = mass * sample_weight.max()
 
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)

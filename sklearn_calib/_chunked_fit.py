@@ -220,19 +220,19 @@ def _encoded_call(X, y, w, *, func, classes, dtype):
 # --- temperature scaling ---
 
 
-def _temperature_sums(logits, codes, weights, *, beta, factor):
+def _temperature_sums(logits, codes, weights, *, beta, exponent):
     from ._torch._chunked import temperature_chunk_sums
 
-    return temperature_chunk_sums(logits, codes, weights, beta, factor)
+    return temperature_chunk_sums(logits, codes, weights, beta, exponent)
 
 
 def fit_temperature_chunks(data, max_iter=100):
     """The exact temperature solve over chunks: a ``TemperatureFit``."""
     from ._torch._chunked import fit_inverse_temperature_chunked, spaced_row_indices
 
-    def reduce(beta, factor):
+    def reduce(beta, exponent):
         return data.reduce(
-            functools.partial(_temperature_sums, beta=beta, factor=factor)
+            functools.partial(_temperature_sums, beta=beta, exponent=exponent)
         )
 
     # The in-memory solver reads the logit scale and runs its warm start on

@@ -226,6 +226,15 @@ class EnsembleTemperatureScaling(BaseCalibrator):
         ``tol`` (the gradient entries of the support equal, the others not
         below them).
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     temperature_ : float
@@ -294,7 +303,10 @@ class EnsembleTemperatureScaling(BaseCalibrator):
     }
     _preserves_argmax = True
 
-    def __init__(self, *, loss="nll", device="auto", max_iter=100, tol=1e-10):
+    def __init__(
+        self, *, loss="nll", device="auto", max_iter=100, tol=1e-10, classes=None
+    ):
+        self.classes = classes
         self.loss = loss
         self.device = device
         self.max_iter = max_iter

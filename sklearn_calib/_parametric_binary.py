@@ -246,6 +246,15 @@ class BetaCalibration(_BinaryLogisticMap):
         mean NLL (with respect to the parameters of the standardised
         features) is at most ``tol``.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     coef_ : ndarray of shape (2,)
@@ -309,7 +318,8 @@ class BetaCalibration(_BinaryLogisticMap):
     array([1., 1.])
     """
 
-    def __init__(self, *, max_iter=100, tol=1e-10):
+    def __init__(self, *, max_iter=100, tol=1e-10, classes=None):
+        self.classes = classes
         self.max_iter = max_iter
         self.tol = tol
 
@@ -404,6 +414,15 @@ class QuadraticScaling(_BinaryLogisticMap):
         mean NLL (with respect to the parameters of the standardised
         features) is at most ``tol``.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     coef_ : ndarray of shape (2,)
@@ -463,7 +482,8 @@ class QuadraticScaling(_BinaryLogisticMap):
     array([1., 1.])
     """
 
-    def __init__(self, *, max_iter=100, tol=1e-10):
+    def __init__(self, *, max_iter=100, tol=1e-10, classes=None):
+        self.classes = classes
         self.max_iter = max_iter
         self.tol = tol
 

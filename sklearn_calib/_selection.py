@@ -107,6 +107,15 @@ class CalibratorSelector(BaseCalibrator):
         chosen; if every candidate has one, the first is used, with a
         warning.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     cv_results_ : dict of ndarray
@@ -185,8 +194,15 @@ class CalibratorSelector(BaseCalibrator):
     }
 
     def __init__(
-        self, calibrators=None, *, scoring="neg_log_loss", cv=5, error_score=np.nan
+        self,
+        calibrators=None,
+        *,
+        scoring="neg_log_loss",
+        cv=5,
+        error_score=np.nan,
+        classes=None,
     ):
+        self.classes = classes
         self.calibrators = calibrators
         self.scoring = scoring
         self.cv = cv

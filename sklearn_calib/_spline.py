@@ -172,6 +172,15 @@ class SplineCalibration(BaseCalibrator):
         the projection changes nothing. ``False`` is the paper's method as
         published.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     confidences_ : ndarray of shape (n_points,)
@@ -234,7 +243,8 @@ class SplineCalibration(BaseCalibrator):
     }
     _preserves_argmax = True
 
-    def __init__(self, *, n_knots=6, monotonic=True):
+    def __init__(self, *, n_knots=6, monotonic=True, classes=None):
+        self.classes = classes
         self.n_knots = n_knots
         self.monotonic = monotonic
 

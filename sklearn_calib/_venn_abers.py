@@ -273,6 +273,15 @@ class VennAbersCalibration(BaseCalibrator):
         against 4-6 % one-vs-rest and 1.4-4.2 % for temperature scaling).
         Binary problems ignore it.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     problems_ : ndarray of shape (n_problems, 2)
@@ -356,7 +365,8 @@ class VennAbersCalibration(BaseCalibrator):
         "multiclass": [StrOptions({"ovr", "ovo"})],
     }
 
-    def __init__(self, *, multiclass="ovr"):
+    def __init__(self, *, multiclass="ovr", classes=None):
+        self.classes = classes
         self.multiclass = multiclass
 
     def _one_vs_one(self, n_classes):

@@ -144,15 +144,19 @@ def test_vector_scaling_from_chunks(name):
 
 def test_vector_scaling_separable_class_reaches_the_same_loss():
     # Class 2 of this set is separated perfectly: the NLL keeps falling along a
-    # ray and both solvers stop on the gradient tolerance at different points
-    # of it, with the same loss.
+    # ray. The in-memory solver detects it and keeps that class at the
+    # temperature map (with a warning); the chunked L-BFGS follows the ray to
+    # its gradient tolerance, so its loss is a little lower, never higher, and
+    # the probabilities stay close.
     data = load_shared("beans_mlp_trained_here")
     X, y = data["logits_val"], data["y_val"]
-    expected = VectorScaling(device="cpu", tol=1e-10).fit(X, y)
+    with pytest.warns(UserWarning, match="no finite scale and bias"):
+        expected = VectorScaling(device="cpu", tol=1e-10).fit(X, y)
     fitted = VectorScaling(device="cpu", tol=1e-10).fit_chunks(random_chunks(X, y))
-    assert abs(vector_nll(fitted, X, y) - vector_nll(expected, X, y)) < 1e-9
+    gap = vector_nll(expected, X, y) - vector_nll(fitted, X, y)
+    assert -1e-9 < gap < 1e-4
     np.testing.assert_allclose(
-        fitted.coef_[[0, 1, 3, 4, 5, 6]], expected.coef_[[0, 1, 3, 4, 5, 6]], rtol=1e-6
+        fitted.predict_proba(X), expected.predict_proba(X), atol=1e-2
     )
 
 

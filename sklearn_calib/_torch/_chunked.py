@@ -33,13 +33,17 @@ from ._smart import (
     evaluate,
 )
 from ._temperature import (
+    _COMFORT_SCALE,
     _CONSTANT_SCALE,
-    _SAFE_SCALE,
     BETA_RANGE,
     WARM_START_ROWS,
     TemperatureFit,
+    _beta_limits,
     _newton,
     _Problem,
+    _scale_by_power_of_two,
+    _scales,
+    _shift,
     _spaced_rows,
 )
 
@@ -62,18 +66,49 @@ def spaced_row_indices(n_rows):
     return np.unique(np.clip(rows, 0, n_rows - 1))
 
 
-def temperature_chunk_sums(logits, codes, weights, beta, factor):
-    """``[W, W L'(beta), W L''(beta)]`` of one chunk (W its total weight)."""
+def _shifted(logits, exponent):
+    """``2**exponent (z - max z)`` of one chunk, masked entries at the lowest value.
+
+    ``exponent`` is fixed for the whole data (from the sample), so every chunk
+    computes its terms on the same scale; the chunk's own shift keeps its gaps
+    finite and the power of two is exact (entries pushed below the dtype's
+    range have probability 0 at every beta of the bracket, as in memory).
+    """
+    shifted, prescale, _ = _shift(logits)
+    remaining = exponent - round(math.log2(prescale))
+    if remaining:
+        _scale_by_power_of_two(shifted, remaining)
+    return shifted.clamp_(min=torch.finfo(shifted.dtype).min)
+
+
+def _check_true_class_unmasked(logits, codes, weights):
+    true = logits.gather(1, codes.view(-1, 1)).squeeze(1)
+    impossible = torch.isneginf(true) & (weights > 0)
+    if bool(impossible.any()):
+        raise ValueError(
+            "A sample is labelled with a class whose logit is -inf (masked): its "
+            "probability is 0 at every temperature, so the negative "
+            "log-likelihood is infinite. Unmask the class or drop the sample (or "
+            "give it sample_weight 0)."
+        )
+
+
+def temperature_chunk_sums(logits, codes, weights, beta, exponent):
+    """``[W, W L'(beta), W L''(beta)]`` of one chunk (W its total weight).
+
+    ``beta`` applies to the logits scaled by ``2**exponent``.
+    """
     if logits.shape[0] == 0:
         return np.zeros(3)
     logits = _tensor(logits)
-    if factor != 1.0:
-        logits = logits * factor
+    codes = _tensor(codes.astype(np.int64))
     weights = _tensor(np.asarray(weights, dtype=np.float64))
-    problem = _Problem(logits, _tensor(codes.astype(np.int64)), weights)
-    total = problem.total_weight
+    total = float(weights.sum())
     if not total > 0:
         return np.zeros(3)
+    _check_true_class_unmasked(logits, codes, weights)
+    # _Problem normalises its weights in place: a copy, not the chunk's array.
+    problem = _Problem(_shifted(logits, exponent), codes, weights.clone())
     first, second = problem.derivatives(beta)
     return np.array([total, first * total, second * total])
 
@@ -81,22 +116,26 @@ def temperature_chunk_sums(logits, codes, weights, beta, factor):
 class ChunkedTemperatureProblem:
     """The ``derivatives(beta)`` of ``_Problem``, summed over chunks.
 
-    ``reduce(beta, factor)`` returns the summed ``temperature_chunk_sums``.
+    ``reduce(beta, exponent)`` returns the summed ``temperature_chunk_sums``.
     """
 
-    def __init__(self, reduce, factor):
+    def __init__(self, reduce, exponent):
         self._reduce = reduce
-        self.factor = factor
+        self.exponent = exponent
         self.n_passes = 0
 
     def derivatives(self, beta):
-        total, first, second = self._reduce(beta, self.factor)
+        total, first, second = self._reduce(beta, self.exponent)
         self.n_passes += 1
         return first / total, second / total
 
 
 def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
     """Temperature scaling over chunks: ``fit_inverse_temperature``'s algorithm.
+
+    The bracket of beta, the exact power-of-two scaling of the logits and the
+    warm start come from the sample rows, as in memory; the Newton iteration
+    then runs on the derivatives summed over every chunk.
 
     Parameters
     ----------
@@ -105,8 +144,8 @@ def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
         the in-memory solver reads the logit scale and runs its warm start on
         exactly these rows.
     reduce : callable
-        ``reduce(beta, factor)`` -> summed ``temperature_chunk_sums`` over all
-        chunks (one pass over the data).
+        ``reduce(beta, exponent)`` -> summed ``temperature_chunk_sums`` over
+        all chunks (one pass over the data).
     n_rows : int
         Number of rows of the data.
 
@@ -115,28 +154,36 @@ def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
     TemperatureFit, and the number of passes over the data.
     """
     logits, codes, weights = sample
-    factor = 1.0
-    sub = _Problem(_tensor(logits), _tensor(codes.astype(np.int64)), _tensor(weights))
-    if not sub.scale > _CONSTANT_SCALE:
+    logits = _tensor(logits)
+    codes = _tensor(codes.astype(np.int64))
+    weights = _tensor(np.asarray(weights, dtype=np.float64))
+    if not float(weights.max()) > 0:
+        weights = torch.ones_like(weights)  # the sample only sets the scales
+    weights = weights / weights.max()
+    shifted, prescale, _ = _shift(logits)
+    rows = torch.arange(shifted.shape[0])
+    wide, near = _scales(shifted, rows, weights)
+    if near is None or not near / prescale > _CONSTANT_SCALE:
         return TemperatureFit(1.0, 0, "constant", 0.0), 0
-    if not _SAFE_SCALE[0] <= sub.scale <= _SAFE_SCALE[1]:
-        # As in memory: an exact power-of-two scaling of the logits.
-        factor = 2.0 ** -round(math.log2(sub.scale))
-        sub = _Problem(
-            _tensor(logits) * factor,
-            _tensor(codes.astype(np.int64)),
-            _tensor(weights),
-        )
-    lo, hi = BETA_RANGE[0] / sub.scale, BETA_RANGE[1] / sub.scale
-    rtol = 1e-13 if logits.dtype == np.float64 else 1e-10
+    exponent = round(math.log2(prescale))
+    if not _COMFORT_SCALE[0] <= near <= _COMFORT_SCALE[1]:
+        extra = -round(math.log2(near))
+        exponent += extra
+        wide *= 2.0**extra
+        near *= 2.0**extra
+    lowest, highest = _beta_limits(shifted.dtype)
+    lo = max(BETA_RANGE[0] / max(wide, near), lowest)
+    hi = min(BETA_RANGE[1] / near, highest)
+    rtol = 1e-13 if logits.dtype == torch.float64 else 1e-10
     beta = 1.0 if lo < 1.0 < hi else (lo * hi) ** 0.5
-    if n_rows > 4 * WARM_START_ROWS and sub.total_weight > 0:
+    if n_rows > 4 * WARM_START_ROWS and float(weights.sum()) > 0:
+        sub = _Problem(_shifted(logits, exponent), codes, weights.clone())
         warm = _newton(sub, beta, lo, hi, max_iter, rtol=1e-6)
         if warm.status == "converged":
             beta = warm.beta
-    problem = ChunkedTemperatureProblem(reduce, factor)
+    problem = ChunkedTemperatureProblem(reduce, exponent)
     result = _newton(problem, beta, lo, hi, max_iter, rtol)
-    result.beta *= factor
+    result.beta *= 2.0**exponent
     return result, problem.n_passes
 
 
