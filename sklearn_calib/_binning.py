@@ -287,7 +287,11 @@ class IsotonicCalibration(BaseCalibrator):
 
     def _fit(self, logits, y, sample_weight):
         problems = _binary_problems(
-            softmax_log_odds(logits), y, self.mode, sample_weight, _masked_classes(logits)
+            softmax_log_odds(logits),
+            y,
+            self.mode,
+            sample_weight,
+            _masked_classes(logits),
         )
         self.X_thresholds_, self.y_thresholds_ = [], []
         for scores, targets, weights in problems:
