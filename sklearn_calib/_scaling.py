@@ -51,9 +51,13 @@ def _check_true_class_unmasked(classes, y, masked_true):
     if not masked_true.any():
         return
     row = int(np.flatnonzero(masked_true)[0])
+    # fit sets classes_ only after a successful _fit: name the column otherwise.
+    label = (
+        f"{_label(classes[y[row]])!r}" if classes is not None else f"column {y[row]}"
+    )
     raise ValueError(
         f"Row {row} of X has a -inf (masked) logit for its true class "
-        f"{_label(classes[y[row]])!r} ({int(masked_true.sum())} such rows in all): "
+        f"{label} ({int(masked_true.sum())} such rows in all): "
         "no calibration map can give that class a non-zero probability, so the "
         "NLL is infinite. Unmask the true class, or drop those rows (or give "
         "them zero weight)."
@@ -310,7 +314,7 @@ class _AffineCalibrator(BaseCalibrator):
                 )
         if mask is not None:
             masked_true = mask[np.arange(len(y)), y] & (sample_weight > 0)
-            _check_true_class_unmasked(self.classes_, y, masked_true)
+            _check_true_class_unmasked(None, y, masked_true)
         # Normalised weights: the fit cannot depend on their scale (the torch
         # layer normalises their sum again, in float64).
         sample_weight = sample_weight / sample_weight.max()
@@ -1072,7 +1076,7 @@ class PlattScaling(_AffineCalibrator):
             # of Platt's counts), unless its label is the masked class.
             wrong = (np.isneginf(score) & (y == 1)) | (np.isposinf(score) & (y == 0))
             wrong &= sample_weight > 0
-            _check_true_class_unmasked(self.classes_, y, wrong)
+            _check_true_class_unmasked(None, y, wrong)
             keep = ~fixed & (sample_weight > 0)
             if not keep.any():
                 raise ValueError(

@@ -473,10 +473,12 @@ def test_vector_scaling_iterations_do_not_grow_with_the_vocabulary():
     for k in (1000, 4000):
         X, y = vocabulary_logits(200, k)
         with pytest.warns(UserWarning, match="determine no finite scale and bias"):
-            model = VectorScaling(device="cpu").fit(X, y)
+            model = VectorScaling(device="cpu", classes=np.arange(k)).fit(X, y)
         iterations.append(model.n_iter_)
         absent = np.setdiff1d(np.arange(k), y)
-        temperature = TemperatureScaling(device="cpu").fit(X, y).temperature_
+        temperature = (
+            TemperatureScaling(device="cpu", classes=np.arange(k)).fit(X, y)
+        ).temperature_
         np.testing.assert_allclose(model.coef_[absent], 1 / temperature, rtol=1e-5)
         assert np.all(model.intercept_[absent] == 0)
     assert max(iterations) <= 60, iterations
