@@ -339,8 +339,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
     @staticmethod
     def _check_classes(estimators, y, classes):
-        """Classes of the fitted estimators: they must agree, cover ``y`` and
-        lie in ``classes`` when it is given."""
+        """The fitted estimators' classes: they agree, cover y and lie in classes."""
         estimator_classes = np.asarray(estimators[0].classes_)
         for est in estimators[1:]:
             other = np.asarray(est.classes_)
@@ -356,8 +355,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(
                 f"y has classes {unknown.tolist()} that the estimator did not see "
                 f"in training (its classes are {estimator_classes.tolist()}): every "
-                "class "
-                "needs samples in every training fold."
+                "class needs samples in every training fold."
             )
         if classes is not None:
             _, known = match_labels(estimator_classes, classes)

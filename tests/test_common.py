@@ -334,6 +334,16 @@ def test_bad_classes_raise(calibrator, logits_y, case):
         clone(calibrator).set_params(classes=make_classes(X.shape[1])).fit(X, y)
 
 
+def test_boolean_labels_are_their_own_classes(calibrator):
+    X, y = make_logits(n_samples=400, n_classes=2, seed=6)
+    fitted = clone(calibrator).fit(X, y.astype(bool))
+    np.testing.assert_array_equal(fitted.classes_, [False, True])
+    reference = clone(calibrator).fit(X, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X), reference.predict_proba(X), rtol=1e-10
+    )
+
+
 def test_classes_must_be_array_like(calibrator, logits_y):
     X, y = logits_y
     with pytest.raises(ValueError, match="classes"):

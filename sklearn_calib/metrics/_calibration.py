@@ -553,9 +553,13 @@ def expected_calibration_error(
         Non-negative weights; they replace the counts everywhere.
     labels : array-like of shape (n_classes,), default=None
         The class of each column of ``y_prob`` (for example an estimator's
-        ``classes_``). When None, integer labels in ``range(n_classes)`` are
-        the column indices, and other labels are sorted, as scikit-learn
-        orders ``classes_``.
+        ``classes_``), as in scikit-learn. When None: integer labels whose
+        smallest value is 0 and that lie in ``range(n_classes)`` are the
+        column indices; otherwise exactly ``n_classes`` distinct labels are
+        sorted, as scikit-learn orders ``classes_``. Anything else (for
+        example 1-based labels ``1..4`` of which 4 is absent) is ambiguous
+        and raises a ``ValueError`` asking for ``labels=``. The other metrics
+        follow the same rule.
 
     Returns
     -------

@@ -355,11 +355,13 @@ def resolve_classes(y, n_cols, classes=None):
             "logit column) to fit on a set that holds fewer classes."
         )
     if (
-        _is_integer_labels(distinct)
+        distinct.dtype != bool
+        and _is_integer_labels(distinct)
         and distinct.min() == 0
         and distinct.max() < n_classes
     ):
-        # Integer labels starting at 0 are the column indices themselves.
+        # Integer labels starting at 0 are the column indices themselves
+        # (booleans are labels of their own: False, True, sorted).
         full = np.arange(n_classes, dtype=np.asarray(distinct).dtype)
         if distinct.dtype == object:
             full = full.astype(np.int64)
