@@ -200,10 +200,12 @@ def to_markdown(records, info):
         "logits (T ~ 2.5). 'Relative correction left' is |L'(beta)| / "
         "(beta L''(beta)) in float64 at the fitted beta = 1 / T: the relative "
         "change of beta that one more exact Newton step would make. Peak RSS is "
-        "Linux's VmHWM, reset just before the fit; for memory-mapped logits it "
-        "includes the file's pages read during the fit (reclaimable page "
-        "cache). The fit keeps one shifted copy of the logits, as large as "
-        "the logits.\n\n"
+        "Linux's VmHWM, reset just before the fit; it includes the input "
+        "validation and label encoding of ``fit`` (per-row arrays of 8 bytes "
+        "per row each) and, for memory-mapped logits, the file's pages read "
+        "during the fit (reclaimable page cache). The solver keeps one shifted "
+        "copy of the logits, as large as the logits. Load average at the "
+        f"start: {info['load']}.\n\n"
     )
     return intro + markdown_table(header, rows)
 
@@ -216,6 +218,7 @@ def main(argv=None):
     parser.add_argument("--out", default=None, help="output folder")
     args = parser.parse_args(argv)
 
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     records = []
     with tempfile.TemporaryDirectory() as directory:
         for n, k in QUICK_CASES if args.quick else CASES:
@@ -225,7 +228,7 @@ def main(argv=None):
                 records.append(record)
                 for leftover in Path(directory).glob("*"):
                     leftover.unlink()
-    info = machine_info()
+    info = {**machine_info(), "load": load}
     write_results(
         "bench_large_n",
         {"machine": info, "cases": records},

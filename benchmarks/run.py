@@ -1,6 +1,6 @@
 """Run every benchmark and collect the results into docs/benchmarks.md.
 
-``python benchmarks/run.py`` runs the full suite (about half an hour on 2
+``python benchmarks/run.py`` runs the full suite (about forty minutes on 2
 cores); ``--quick`` a subset that finishes in a few minutes. Each benchmark
 writes JSON and markdown to ``benchmarks/results`` (or ``--out``); this script
 concatenates the markdown tables into ``docs/benchmarks.md``.
@@ -27,6 +27,7 @@ TITLES = {
 
 BENCHMARKS = [
     "bench_temperature",
+    "bench_large_n",
     "bench_scaling",
     "bench_smart",
     "bench_metrics",

@@ -256,6 +256,10 @@ class IsotonicCalibration(BaseCalibrator):
     class's score lies where its map is 0) keeps its uncalibrated
     probabilities instead of becoming undefined.
 
+    Masked classes (``-inf`` logits) keep probability exactly 0; each
+    class's map is fitted on the rows where it is not masked, and a class
+    masked in every calibration row keeps the identity map.
+
     References
     ----------
     .. [1] B. Zadrozny and C. Elkan, "Transforming classifier scores into
@@ -384,7 +388,9 @@ class HistogramBinning(BaseCalibrator):
     it will receive.
 
     Binning may change the argmax (ties between bins, renormalisation), so
-    report accuracy beside the calibration metrics.
+    report accuracy beside the calibration metrics. Masked classes (``-inf``
+    logits) keep probability exactly 0 and are not counted in their class's
+    bins.
     Calibrated probabilities are floored at ``1e-12`` so that log-probabilities
     stay finite.
 

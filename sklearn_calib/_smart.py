@@ -25,13 +25,15 @@ MIN_RELIABLE_SAMPLES = 1000
 MARGIN_STD_FLOOR = 1e-8
 
 
-def logit_margins(logits):
+def logit_margins(logits, *, top2=None):
     """Largest minus second-largest logit of every row, in float64.
 
     ``inf`` for a row with a single finite logit (every other class masked
-    with ``-inf``), and where the gap exceeds float64's range.
+    with ``-inf``), and where the gap exceeds float64's range. ``top2``, the
+    two largest logits of every row (second-largest first), may be given.
     """
-    top2 = np.partition(logits, -2, axis=1)[:, -2:]
+    if top2 is None:
+        top2 = np.partition(logits, -2, axis=1)[:, -2:]
     with np.errstate(over="ignore"):
         return top2[:, 1].astype(np.float64) - top2[:, 0].astype(np.float64)
 
@@ -195,6 +197,14 @@ class SMART(BaseCalibrator):
     logits in float64. On the CPU the training loop runs on one thread: its
     steps are too small to gain from more.
 
+    Masked classes (``-inf`` logits) have probability exactly 0. The margin
+    never involves them unless a row has a single finite logit: such a row is
+    one-hot at every temperature, is left out of the margin statistics, and
+    is given the temperature of the mean margin. Only the ratios of
+    ``sample_weight`` matter. If the training loss becomes NaN or infinite,
+    training stops being useful: a ``ConvergenceWarning`` names the step and
+    the parameters with the lowest finite loss are kept.
+
     References
     ----------
     .. [1] C. Guo, D. Tao, H. Luo, Z. Dong and Z. Xu, "SMART: Sample
@@ -284,11 +294,12 @@ class SMART(BaseCalibrator):
             sample_weight.sum() ** 2 / np.sum(sample_weight**2)
         )
 
-        margins = logit_margins(logits)
+        top2 = np.partition(logits, -2, axis=1)[:, -2:]
+        margins = logit_margins(logits, top2=top2)
         rows = np.arange(logits.shape[0])
         top = logits.argmax(axis=1)
-        runner_up_masked = np.isneginf(np.partition(logits, -2, axis=1)[:, -2])
-        overflow = ~np.isfinite(margins) & ~runner_up_masked
+        # An infinite margin is a masked runner-up, or a gap beyond float64.
+        overflow = ~np.isfinite(margins) & ~np.isneginf(top2[:, 0])
         if overflow.any():
             row = int(np.flatnonzero(overflow)[0])
             raise ValueError(
