@@ -107,6 +107,9 @@ _NEWTON_PARAMS = 128
 # Curvatures below this fraction of the largest one are floored: a class with
 # no calibration samples and vanishing probability has (almost) no curvature.
 _CURVATURE_FLOOR = 1e-9
+# Largest change of a class's calibrated logits that the vector map's
+# preconditioner proposes in one step.
+_MAX_CLASS_STEP = 4.0
 # Newton's ridge, on the Hessian scaled to a unit diagonal, starts at _RIDGE
 # (the exact null directions are handled without it) and grows by 100 at most
 # _RIDGE_TRIES times; past that the step is a plain gradient step.
@@ -157,9 +160,9 @@ class AffineFit:
     intercept: np.ndarray  # (K,)
     loss: float  # final objective (mean weighted NLL + penalty)
     gradient: float  # largest absolute gradient entry at the solution
-    n_iter: int
+    n_iter: int  # solver iterations (the start's, when solver is "none")
     n_evals: int  # passes over the data (loss-and-gradient evaluations)
-    solver: str  # "newton", "lbfgs" or "none" (nothing left to solve)
+    solver: str  # "newton", "lbfgs" or "none" (every class kept at the start)
     status: str  # "converged", "max_iter" or "stalled"
     start: float  # inverse temperature of the start, in the input's units
     scale: float  # the power of two the features were multiplied by
@@ -206,6 +209,8 @@ def _spread_log2(features, mask):
     the scale. Either value is None when undefined (constant features).
     """
     n_rows, n_classes = features.shape
+    if n_classes < 2:
+        return None, None
     step = max(1, _CPU_BLOCK_ELEMENTS // n_classes)
     gaps = []
     top = 0.0
@@ -380,6 +385,15 @@ class _Objective:
             self._buffers[dtype] = (out, converted, self.weights64.to(dtype))
         return self._buffers[dtype]
 
+    def _spare_for(self, dtype):
+        """A second preallocated block, for the curvature of the vector map."""
+        key = ("spare", dtype)
+        if key not in self._buffers:
+            shape = (self.block_rows, self.n_classes)
+            device = self.features.device
+            self._buffers[key] = torch.empty(shape, dtype=dtype, device=device)
+        return self._buffers[key]
+
     def _affine(self, theta, x, out=None):
         coef = theta[:, :-1].to(x.dtype)
         bias = theta[:, -1].to(x.dtype)
@@ -404,6 +418,7 @@ class _Objective:
         curvature = curvature or self.track_curvature
         dtype = self.dtype
         buffer, converted, weights = self._buffers_for(dtype)
+        spare = self._spare_for(dtype) if curvature else None
         exp_floor = _exp_floor(dtype)
         loss = torch.zeros((), dtype=torch.float64, device=theta.device)
         grad = torch.zeros_like(theta)
@@ -427,9 +442,12 @@ class _Objective:
             out.mul_(w[:, None] / row_sum)
             grad[:, -1] += out.sum(dim=0).to(torch.float64)
             if curvature:
-                # w q (1 - q) = w q - (w q)^2 / w, on rows with w > 0.
+                # w q (1 - q) = w q - (w q)^2 / w, on rows with w > 0, in a
+                # preallocated block (this runs on every pass).
                 safe_w = torch.where(w > 0, w, torch.ones_like(w))
-                c = out - out * out / safe_w[:, None]
+                c = torch.mul(out, out, out=spare[: x.shape[0]])
+                c.div_(safe_w[:, None])
+                torch.sub(out, c, out=c)
                 curv[:, 2] += c.sum(dim=0).to(torch.float64)
                 curv[:, 1] += c.mul_(x).sum(dim=0).to(torch.float64)
                 curv[:, 0] += c.mul_(x).sum(dim=0).to(torch.float64)
@@ -447,7 +465,7 @@ class _Objective:
     def class_mass(self, theta):
         """sum_i w_i q_ik for every class k (float64, exact zeros kept)."""
         mass = torch.zeros(self.n_classes, dtype=torch.float64, device=theta.device)
-        for rows in self._blocks():
+        for rows in self._blocks(max(1, _CPU_BLOCK_ELEMENTS // self.n_classes)):
             _, q = self._probabilities(theta, rows)
             mass += self.weights64[rows] @ q
         return mass
@@ -588,7 +606,8 @@ class _Objective:
         own_max = torch.full((k,), -inf, dtype=torch.float64, device=device)
         other_min = own_min.clone()
         other_max = own_max.clone()
-        for rows in self._blocks():
+        # One pass, with small blocks: it makes float64 copies of each block.
+        for rows in self._blocks(max(1, _CPU_BLOCK_ELEMENTS // k)):
             x = self.features[rows].to(torch.float64)
             y = self.y[rows]
             counted = self.weights64[rows] > 0
@@ -622,9 +641,17 @@ class _DiagonalPreconditioner:
 
 
 class _VectorPreconditioner:
-    """Inverse of the 2 x 2 Hessian blocks (w_k, b_k) of the vector map."""
+    """Inverse of the 2 x 2 Hessian blocks (w_k, b_k) of the vector map.
 
-    def __init__(self, curv):
+    Given the gradient, each block is also scaled down where its Newton step
+    would move that class's calibrated logits by more than _MAX_CLASS_STEP
+    (a trust region per class; the blocks stay positive definite). Far from
+    the optimum a class with one sample has a tiny curvature and a large
+    gradient: its Newton step alone would make the shared line search cut
+    every class's step a hundredfold.
+    """
+
+    def __init__(self, curv, grad=None):
         h_ww, h_wb, h_bb = curv[:, 0], curv[:, 1], curv[:, 2]
         floor = _CURVATURE_FLOOR * float(torch.clamp(h_bb.max(), min=1e-300))
         h_bb = h_bb.clamp(min=floor)
@@ -634,6 +661,13 @@ class _VectorPreconditioner:
         self.a = h_bb / det
         self.b = -h_wb / det
         self.c = h_ww / det
+        if grad is not None:
+            step_w = self.a * grad[:, 0] + self.b * grad[:, 1]
+            step_b = self.b * grad[:, 0] + self.c * grad[:, 1]
+            # sqrt(h_ww / h_bb): the probability-weighted RMS of the logits.
+            change = step_w.abs() * (h_ww / h_bb).sqrt() + step_b.abs()
+            shrink = (_MAX_CLASS_STEP / change.clamp(min=1e-300)).clamp(max=1.0)
+            self.a, self.b, self.c = self.a * shrink, self.b * shrink, self.c * shrink
 
     def __call__(self, g):
         """P g for g of shape (K, 2) or (m, K, 2)."""
@@ -715,13 +749,14 @@ def _newton_direction(objective, theta, grad):
 def _ray_newton(objective, beta, lo, hi, rows, rtol):
     """Bracketed Newton iteration in log(beta) for L'(beta) = 0 on [lo, hi].
 
-    Returns (beta, status) with status "converged", "at_bound" (the loss keeps
-    falling towards lo or hi: a separable or uninformative calibration set)
-    or "flat" (no curvature: constant features, or every row certain).
+    Returns (beta, status, iterations) with status "converged", "at_bound"
+    (the loss keeps falling towards lo or hi: a separable or uninformative
+    calibration set) or "flat" (no curvature: constant features, or every row
+    certain).
     """
     lo_checked = hi_checked = False
     previous = float("inf")
-    for _ in range(_START_ITER):
+    for iteration in range(1, _START_ITER + 1):
         g, h = objective.ray_derivatives(beta, rows)
         if not (math.isfinite(g) and math.isfinite(h)):
             raise FloatingPointError("non-finite derivative along the start ray")
@@ -730,9 +765,9 @@ def _ray_newton(objective, beta, lo, hi, rows, rtol):
         else:
             lo, lo_checked = beta, True
         if g == 0.0:
-            return beta, "converged"
+            return beta, "converged", iteration
         if h <= 0.0:
-            return beta, "flat"
+            return beta, "flat", iteration
         curvature_u = beta * g + beta * beta * h
         if curvature_u > 0:
             step_u = -beta * g / curvature_u
@@ -744,12 +779,12 @@ def _ray_newton(objective, beta, lo, hi, rows, rtol):
         if candidate >= hi and not hi_checked:
             g_hi, _ = objective.ray_derivatives(hi, rows)
             if g_hi <= 0:
-                return hi, "at_bound"
+                return hi, "at_bound", iteration
             hi_checked = True
         if candidate <= lo and not lo_checked:
             g_lo, _ = objective.ray_derivatives(lo, rows)
             if g_lo >= 0:
-                return lo, "at_bound"
+                return lo, "at_bound", iteration
             lo_checked = True
         if not lo < candidate < hi:
             candidate = math.sqrt(lo * hi)  # bisect in log space
@@ -757,13 +792,16 @@ def _ray_newton(objective, beta, lo, hi, rows, rtol):
         beta = candidate
         # Converged, or the step stopped shrinking at the rounding floor.
         if change <= rtol or (change <= 1e-6 and change > 0.5 * previous):
-            return beta, "converged"
+            return beta, "converged", iteration
         previous = change
-    return beta, "converged"
+    return beta, "converged", _START_ITER
 
 
 def _ray_start(objective, log2_spread):
-    """beta of the exact temperature solution of the (masked) problem."""
+    """beta of the exact temperature solution of the (masked) problem.
+
+    Returns (beta, iterations on the full data).
+    """
     spread = 2.0 ** (log2_spread if log2_spread is not None else 0.0)
     lo, hi = _BETA_RANGE[0] / spread, _BETA_RANGE[1] / spread
     beta = 1.0 / spread
@@ -771,9 +809,10 @@ def _ray_start(objective, log2_spread):
     if n_rows > 4 * _WARM_START_ROWS:
         rows = _spaced_rows(n_rows, _WARM_START_ROWS, objective.features.device)
         if float(objective.weights64[rows].sum()) > 0:
-            beta, _ = _ray_newton(objective, beta, lo, hi, rows, rtol=1e-6)
+            beta, _, _ = _ray_newton(objective, beta, lo, hi, rows, rtol=1e-6)
     rtol = 1e-12 if objective.features.dtype == torch.float64 else 1e-9
-    return _ray_newton(objective, beta, lo, hi, None, rtol=rtol)
+    beta, _, iterations = _ray_newton(objective, beta, lo, hi, None, rtol=rtol)
+    return beta, iterations
 
 
 def _line_search(objective, theta, loss, grad, direction, loss_noise):
@@ -852,11 +891,11 @@ def _lbfgs_direction(grad, history, precondition):
     return -r
 
 
-def _preconditioner(objective, theta, curv):
+def _preconditioner(objective, theta, curv, grad):
     """The L-BFGS preconditioner at the start, finite whatever the data."""
     if objective.kind == "vector":
         if bool(torch.isfinite(curv).all()):
-            return _VectorPreconditioner(curv)
+            return _VectorPreconditioner(curv, grad)
     else:
         if objective.n_classes <= _BLOCK_CLASSES:
             blocks = objective.class_blocks(theta)
@@ -968,7 +1007,7 @@ def fit_affine(
 
     log2_spread, _ = _spread_log2(features, mask)
     objective = _Objective(features, y, weights, kind, rho_coef, rho_bias, mask)
-    beta, _ = _ray_start(objective, log2_spread)
+    beta, start_iterations = _ray_start(objective, log2_spread)
 
     theta = torch.zeros(objective.shape, dtype=torch.float64, device=device)
     if kind == "vector":
@@ -998,25 +1037,28 @@ def fit_affine(
                 theta = theta[kept]
         objective.freeze(frozen)
 
+    # With every class kept at the start, the fit is the temperature solve.
     solver_name = "none"
     status = "converged"
-    n_iter = 0
+    n_iter = start_iterations
     decrement = 0.0
+    solve = frozen is None or not bool(frozen.all())
+    newton = solve and (
+        solver == "newton" or (solver == "auto" and _use_newton(objective))
+    )
+    if newton:
+        # The problem is small: float64 throughout costs little.
+        objective.use_float64()
+    theta = objective.snap(theta)
     loss, grad, curv = objective.evaluate(theta, curvature=kind == "vector")
     grad_norm = float(grad.abs().max())
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise FloatingPointError("non-finite loss or gradient at the start")
-    if frozen is None or not bool(frozen.all()):
-        newton = solver == "newton" or (solver == "auto" and _use_newton(objective))
+    if solve:
         solver_name = "newton" if newton else "lbfgs"
-        if newton:
-            # The problem is small: float64 throughout costs little.
-            objective.use_float64()
-            loss, grad, _ = objective.evaluate(theta)
-            grad_norm = float(grad.abs().max())
-        else:
-            theta = objective.snap(theta)
-        precondition = None if newton else _preconditioner(objective, theta, curv)
+        precondition = None
+        if not newton:
+            precondition = _preconditioner(objective, theta, curv, grad)
         # The vector map's 2 x 2 blocks come with the same pass: refreshed at
         # every point, they follow curvatures that change by orders of
         # magnitude on the way (a class with one sample: 10x fewer iterations).
@@ -1138,7 +1180,7 @@ def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol)
         if objective.track_curvature and objective.last_curvature is not None:
             curv = objective.last_curvature
             if bool(torch.isfinite(curv).all()):
-                precondition = _VectorPreconditioner(curv)
+                precondition = _VectorPreconditioner(curv, grad)
         grad_norm = float(grad.abs().max())
         # At the rounding floor the steps only shuffle noise although every
         # line search succeeds: the gradient stops shrinking and the loss
