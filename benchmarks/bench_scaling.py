@@ -29,9 +29,18 @@ Contenders, all on the same (unregularised) objective:
   than 10^7 multiply-adds unless ``--reference``: at matrix 10k x 100 it took
   637 s and matched sklearn-calib's training NLL to 1.4e-11).
 
-Fit time is the best of 3 runs for sklearn-calib and one run for the others.
-Run ``python benchmarks/bench_scaling.py [--quick] [--out DIR] [--threads N]
-[--reference]``. On a shared, loaded machine use ``--threads 1``: torch's
+Large vocabularies (``--vocabulary``, also part of the full run): vector
+scaling on 200 rows of K = 50,000 and K = 128,000 (a Llama vocabulary) logits,
+and 1,000 x 50,000, against 50,000 x 1,000. With about one sample per class,
+most classes have no finite optimum; the table gives the fit time, the time
+per 10^7 logits (linear scaling in N x K keeps it constant), the iterations
+and the classes kept at the temperature map. Only sklearn-calib runs there:
+the peers take minutes per fit at these sizes.
+
+Fit time is the best of 3 runs for sklearn-calib and one run for the others
+(best of 2 for the large vocabularies).
+Run ``python benchmarks/bench_scaling.py [--quick] [--vocabulary] [--out DIR]
+[--threads N] [--reference]``. On a shared, loaded machine use ``--threads 1``: torch's
 intra-op threads then compete with other processes for the same cores, which
 can slow each pass down several times.
 """
@@ -46,6 +55,7 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import log_softmax as scipy_log_softmax
 from scipy.special import softmax as scipy_softmax
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.metrics import log_loss
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -53,6 +63,9 @@ from _common import best_time, machine_info, markdown_table, write_results  # no
 from bench_temperature import synthetic  # noqa: E402
 
 VECTOR_SIZES = [(10_000, 10), (10_000, 100), (50_000, 1000)]
+# Vector scaling on language-model vocabularies (N x K), and the 5 x 10^7
+# logits of 50,000 x 1,000 to compare the time per logit with.
+VOCABULARY_SIZES = [(200, 50_000), (1000, 50_000), (200, 128_000), (50_000, 1000)]
 MATRIX_SIZES = [(10_000, 10), (10_000, 100)]
 QUICK_SIZES = [(10_000, 10), (10_000, 100)]
 # Targets of the issue (seconds, on the reference machine).
@@ -326,6 +339,72 @@ def run_case(kind, n, k, *, repeat, reference=False):
     return {"kind": kind, "n": n, "k": k, "target_seconds": target, "rows": rows}
 
 
+def run_vocabulary_case(n, k, *, repeat=2):
+    """Vector scaling on N x K: time, time per 10^7 logits, iterations."""
+    import re
+
+    from sklearn_calib import VectorScaling
+
+    X, y = features(n, k)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seconds, model = best_time(
+            lambda: VectorScaling(device="cpu").fit(X, y), repeat=repeat
+        )
+    frozen = ""
+    for warning in caught:
+        match = re.search(r"for ([\d,]+) of the", str(warning.message))
+        if match:
+            frozen = match[1]
+    convergence = [
+        str(w.message)[:60]
+        for w in caught
+        if issubclass(w.category, ConvergenceWarning)
+    ]
+    log_proba = model.transform(X)
+    nll = float(-np.mean(log_proba[np.arange(n), y], dtype=np.float64))
+    return {
+        "n": n,
+        "k": k,
+        "fit_seconds": seconds,
+        "seconds_per_1e7_logits": seconds / (n * k) * 1e7,
+        "n_iter": model.n_iter_,
+        "kept_at_temperature": frozen,
+        "train_nll": nll,
+        "convergence_warning": "; ".join(convergence),
+    }
+
+
+def vocabulary_markdown(rows):
+    header = [
+        "N x K",
+        "fit time",
+        "per 10^7 logits",
+        "iterations",
+        "classes kept at the temperature map",
+        "training NLL",
+        "convergence warning",
+    ]
+    body = [
+        [
+            f"{r['n']:,} x {r['k']:,}",
+            f"{r['fit_seconds']:.2f} s",
+            f"{r['seconds_per_1e7_logits']:.2f} s",
+            str(r["n_iter"]),
+            r["kept_at_temperature"] or "0",
+            f"{r['train_nll']:.4f}",
+            r["convergence_warning"] or "none",
+        ]
+        for r in rows
+    ]
+    return (
+        "\n\n### Large vocabularies: vector scaling\n\n"
+        "VectorScaling (defaults) on the same synthetic log-probabilities. "
+        "Linear scaling in N x K keeps the time per 10^7 logits constant.\n\n"
+        + markdown_table(header, body)
+    )
+
+
 def to_markdown(cases, info, command):
     header = [
         "case",
@@ -383,6 +462,11 @@ def main(argv=None):
         "--threads", type=int, default=None, help="torch CPU threads (default: torch's)"
     )
     parser.add_argument(
+        "--vocabulary",
+        action="store_true",
+        help="only the large-vocabulary vector scaling cases (K = 50,000, 128,000)",
+    )
+    parser.add_argument(
         "--reference",
         action="store_true",
         help="run scipy's float64 reference at every size (minutes at 10k x 100)",
@@ -398,18 +482,42 @@ def main(argv=None):
     info = machine_info()
     info["load"] = ", ".join(f"{v:.1f}" for v in os.getloadavg())
     cases = []
-    for kind, sizes in (("vector", VECTOR_SIZES), ("matrix", MATRIX_SIZES)):
+    groups = (
+        () if args.vocabulary else (("vector", VECTOR_SIZES), ("matrix", MATRIX_SIZES))
+    )
+    for kind, sizes in groups:
         for n, k in QUICK_SIZES if args.quick else sizes:
             print(f"{kind} {n} x {k} ...", flush=True)
             cases.append(run_case(kind, n, k, repeat=3, reference=args.reference))
+    vocabulary = []
+    if not args.quick:
+        for n, k in VOCABULARY_SIZES:
+            print(f"vocabulary {n} x {k} ...", flush=True)
+            vocabulary.append(run_vocabulary_case(n, k))
     # The output folder is where the results went, not how they were made.
     options = list(argv if argv is not None else sys.argv[1:])
     if "--out" in options:
         at = options.index("--out")
         del options[at : at + 2]
     command = " ".join(["python benchmarks/bench_scaling.py", *options])
-    payload = {"machine": info, "command": command, "cases": cases}
-    write_results("bench_scaling", payload, to_markdown(cases, info, command), args.out)
+    payload = {
+        "machine": info,
+        "command": command,
+        "cases": cases,
+        "vocabulary": vocabulary,
+    }
+    if cases:
+        markdown = to_markdown(cases, info, command)
+    else:
+        markdown = (
+            "# Vector scaling on large vocabularies\n\n"
+            f"Command: `{command}`. Machine: {info['cpu_count']} cores, torch "
+            f"{info['torch']} ({info['torch_threads']} threads), Python "
+            f"{info['python']}; load average at the start {info['load']}."
+        )
+    if vocabulary:
+        markdown += vocabulary_markdown(vocabulary)
+    write_results("bench_scaling", payload, markdown, args.out)
 
 
 if __name__ == "__main__":

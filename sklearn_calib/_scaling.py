@@ -448,7 +448,8 @@ class VectorScaling(_AffineCalibrator):
         nothing; unless a class is kept at the temperature map (see Notes),
         the solution returned has the biases summing to zero.
     n_iter_ : int
-        Solver iterations.
+        Solver iterations (those of the temperature-scaling start when every
+        class keeps the temperature map).
     classes_ : ndarray of shape (n_classes,)
         Class labels; the i-th logit column belongs to ``classes_[i]``.
     n_features_in_ : int

@@ -107,6 +107,9 @@ _NEWTON_PARAMS = 128
 # Curvatures below this fraction of the largest one are floored: a class with
 # no calibration samples and vanishing probability has (almost) no curvature.
 _CURVATURE_FLOOR = 1e-9
+# Largest change of a class's calibrated logits that the vector map's
+# preconditioner proposes in one step.
+_MAX_CLASS_STEP = 4.0
 # Newton's ridge, on the Hessian scaled to a unit diagonal, starts at _RIDGE
 # (the exact null directions are handled without it) and grows by 100 at most
 # _RIDGE_TRIES times; past that the step is a plain gradient step.
@@ -157,9 +160,9 @@ class AffineFit:
     intercept: np.ndarray  # (K,)
     loss: float  # final objective (mean weighted NLL + penalty)
     gradient: float  # largest absolute gradient entry at the solution
-    n_iter: int
+    n_iter: int  # solver iterations (the start's, when solver is "none")
     n_evals: int  # passes over the data (loss-and-gradient evaluations)
-    solver: str  # "newton", "lbfgs" or "none" (nothing left to solve)
+    solver: str  # "newton", "lbfgs" or "none" (every class kept at the start)
     status: str  # "converged", "max_iter" or "stalled"
     start: float  # inverse temperature of the start, in the input's units
     scale: float  # the power of two the features were multiplied by
@@ -206,6 +209,8 @@ def _spread_log2(features, mask):
     the scale. Either value is None when undefined (constant features).
     """
     n_rows, n_classes = features.shape
+    if n_classes < 2:
+        return None, None
     step = max(1, _CPU_BLOCK_ELEMENTS // n_classes)
     gaps = []
     top = 0.0
@@ -225,9 +230,11 @@ def _spread_log2(features, mask):
     return spread, (math.log2(top) if top > 0 else None)
 
 
-def _rescale_exponent(features, mask):
-    """Exponent e such that features * 2**e have a spread near 1 (0: leave)."""
-    spread, top = _spread_log2(features, mask)
+def _rescale_exponent(spread, top):
+    """Exponent e such that features * 2**e have a spread near 1 (0: leave).
+
+    ``spread`` and ``top`` are the log2 values of :func:`_spread_log2`.
+    """
     if spread is None and top is None:
         return 0
     candidates = [v for v in (spread, None if top is None else top - _MAX_OFFSET_LOG2)]
@@ -276,13 +283,13 @@ class _Objective:
         label = torch.zeros(self.shape, dtype=torch.float64, device=device)
         label[:, -1].index_add_(0, y, self.weights64)
         for rows in self._blocks():
-            x = features[rows].to(torch.float64)
             w = self.weights64[rows]
             y_block = y[rows]
             if kind == "vector":
-                true_x = x.gather(1, y_block.view(-1, 1)).squeeze(1)
-                label[:, 0].index_add_(0, y_block, w * true_x)
+                true_x = features[rows].gather(1, y_block.view(-1, 1)).squeeze(1)
+                label[:, 0].index_add_(0, y_block, w * true_x.to(torch.float64))
             else:
+                x = features[rows].to(torch.float64)
                 label[:, :-1].index_add_(0, y_block, x * w[:, None])
         self.label = label
 
@@ -380,6 +387,15 @@ class _Objective:
             self._buffers[dtype] = (out, converted, self.weights64.to(dtype))
         return self._buffers[dtype]
 
+    def _spare_for(self, dtype):
+        """A second preallocated block, for the curvature of the vector map."""
+        key = ("spare", dtype)
+        if key not in self._buffers:
+            shape = (self.block_rows, self.n_classes)
+            device = self.features.device
+            self._buffers[key] = torch.empty(shape, dtype=dtype, device=device)
+        return self._buffers[key]
+
     def _affine(self, theta, x, out=None):
         coef = theta[:, :-1].to(x.dtype)
         bias = theta[:, -1].to(x.dtype)
@@ -404,6 +420,7 @@ class _Objective:
         curvature = curvature or self.track_curvature
         dtype = self.dtype
         buffer, converted, weights = self._buffers_for(dtype)
+        spare = self._spare_for(dtype) if curvature else None
         exp_floor = _exp_floor(dtype)
         loss = torch.zeros((), dtype=torch.float64, device=theta.device)
         grad = torch.zeros_like(theta)
@@ -427,9 +444,12 @@ class _Objective:
             out.mul_(w[:, None] / row_sum)
             grad[:, -1] += out.sum(dim=0).to(torch.float64)
             if curvature:
-                # w q (1 - q) = w q - (w q)^2 / w, on rows with w > 0.
+                # w q (1 - q) = w q - (w q)^2 / w, on rows with w > 0, in a
+                # preallocated block (this runs on every pass).
                 safe_w = torch.where(w > 0, w, torch.ones_like(w))
-                c = out - out * out / safe_w[:, None]
+                c = torch.mul(out, out, out=spare[: x.shape[0]])
+                c.div_(safe_w[:, None])
+                torch.sub(out, c, out=c)
                 curv[:, 2] += c.sum(dim=0).to(torch.float64)
                 curv[:, 1] += c.mul_(x).sum(dim=0).to(torch.float64)
                 curv[:, 0] += c.mul_(x).sum(dim=0).to(torch.float64)
@@ -447,7 +467,7 @@ class _Objective:
     def class_mass(self, theta):
         """sum_i w_i q_ik for every class k (float64, exact zeros kept)."""
         mass = torch.zeros(self.n_classes, dtype=torch.float64, device=theta.device)
-        for rows in self._blocks():
+        for rows in self._blocks(max(1, _CPU_BLOCK_ELEMENTS // self.n_classes)):
             _, q = self._probabilities(theta, rows)
             mass += self.weights64[rows] @ q
         return mass
@@ -583,24 +603,34 @@ class _Objective:
         """
         k = self.n_classes
         device = self.features.device
+        dtype = self.features.dtype  # comparisons are exact in any dtype
         inf = float("inf")
-        own_min = torch.full((k,), inf, dtype=torch.float64, device=device)
-        own_max = torch.full((k,), -inf, dtype=torch.float64, device=device)
+        own_min = torch.full((k,), inf, dtype=dtype, device=device)
+        own_max = torch.full((k,), -inf, dtype=dtype, device=device)
         other_min = own_min.clone()
         other_max = own_max.clone()
-        for rows in self._blocks():
-            x = self.features[rows].to(torch.float64)
+        # One pass, with small blocks: it makes two masked copies of each.
+        for rows in self._blocks(max(1, _CPU_BLOCK_ELEMENTS // k)):
+            x = self.features[rows]
             y = self.y[rows]
             counted = self.weights64[rows] > 0
             true = x.gather(1, y.view(-1, 1)).squeeze(1)
             own_min.scatter_reduce_(0, y[counted], true[counted], "amin")
             own_max.scatter_reduce_(0, y[counted], true[counted], "amax")
-            ignored = (~counted)[:, None].expand_as(x).clone()
-            if self.mask is not None:
-                ignored |= self.mask[rows]
-            ignored.scatter_(1, y.view(-1, 1), True)
-            other_max = torch.maximum(other_max, x.masked_fill(ignored, -inf).amax(0))
-            other_min = torch.minimum(other_min, x.masked_fill(ignored, inf).amin(0))
+            # One copy: the entries that are not "other rows" go to -inf for
+            # the maximum, then to +inf for the minimum.
+            ignored = None if self.mask is None else self.mask[rows]
+            if not bool(counted.all()):
+                unweighted = (~counted)[:, None].expand_as(x)
+                ignored = unweighted if ignored is None else ignored | unweighted
+            own = y.view(-1, 1)
+            work = x.clone()
+            if ignored is not None:
+                work.masked_fill_(ignored, -inf)
+            other_max = torch.maximum(other_max, work.scatter_(1, own, -inf).amax(0))
+            if ignored is not None:
+                work.masked_fill_(ignored, inf)
+            other_min = torch.minimum(other_min, work.scatter_(1, own, inf).amin(0))
         has_own = own_min < inf
         has_other = other_max > -inf
         varies = torch.maximum(own_max, other_max) > torch.minimum(own_min, other_min)
@@ -622,9 +652,17 @@ class _DiagonalPreconditioner:
 
 
 class _VectorPreconditioner:
-    """Inverse of the 2 x 2 Hessian blocks (w_k, b_k) of the vector map."""
+    """Inverse of the 2 x 2 Hessian blocks (w_k, b_k) of the vector map.
 
-    def __init__(self, curv):
+    Given the gradient, each block is also scaled down where its Newton step
+    would move that class's calibrated logits by more than _MAX_CLASS_STEP
+    (a trust region per class; the blocks stay positive definite). Far from
+    the optimum a class with one sample has a tiny curvature and a large
+    gradient: its Newton step alone would make the shared line search cut
+    every class's step a hundredfold.
+    """
+
+    def __init__(self, curv, grad=None):
         h_ww, h_wb, h_bb = curv[:, 0], curv[:, 1], curv[:, 2]
         floor = _CURVATURE_FLOOR * float(torch.clamp(h_bb.max(), min=1e-300))
         h_bb = h_bb.clamp(min=floor)
@@ -634,6 +672,13 @@ class _VectorPreconditioner:
         self.a = h_bb / det
         self.b = -h_wb / det
         self.c = h_ww / det
+        if grad is not None:
+            step_w = self.a * grad[:, 0] + self.b * grad[:, 1]
+            step_b = self.b * grad[:, 0] + self.c * grad[:, 1]
+            # sqrt(h_ww / h_bb): the probability-weighted RMS of the logits.
+            change = step_w.abs() * (h_ww / h_bb).sqrt() + step_b.abs()
+            shrink = (_MAX_CLASS_STEP / change.clamp(min=1e-300)).clamp(max=1.0)
+            self.a, self.b, self.c = self.a * shrink, self.b * shrink, self.c * shrink
 
     def __call__(self, g):
         """P g for g of shape (K, 2) or (m, K, 2)."""
@@ -715,13 +760,14 @@ def _newton_direction(objective, theta, grad):
 def _ray_newton(objective, beta, lo, hi, rows, rtol):
     """Bracketed Newton iteration in log(beta) for L'(beta) = 0 on [lo, hi].
 
-    Returns (beta, status) with status "converged", "at_bound" (the loss keeps
-    falling towards lo or hi: a separable or uninformative calibration set)
-    or "flat" (no curvature: constant features, or every row certain).
+    Returns (beta, status, iterations) with status "converged", "at_bound"
+    (the loss keeps falling towards lo or hi: a separable or uninformative
+    calibration set) or "flat" (no curvature: constant features, or every row
+    certain).
     """
     lo_checked = hi_checked = False
     previous = float("inf")
-    for _ in range(_START_ITER):
+    for iteration in range(1, _START_ITER + 1):
         g, h = objective.ray_derivatives(beta, rows)
         if not (math.isfinite(g) and math.isfinite(h)):
             raise FloatingPointError("non-finite derivative along the start ray")
@@ -730,9 +776,9 @@ def _ray_newton(objective, beta, lo, hi, rows, rtol):
         else:
             lo, lo_checked = beta, True
         if g == 0.0:
-            return beta, "converged"
+            return beta, "converged", iteration
         if h <= 0.0:
-            return beta, "flat"
+            return beta, "flat", iteration
         curvature_u = beta * g + beta * beta * h
         if curvature_u > 0:
             step_u = -beta * g / curvature_u
@@ -744,26 +790,35 @@ def _ray_newton(objective, beta, lo, hi, rows, rtol):
         if candidate >= hi and not hi_checked:
             g_hi, _ = objective.ray_derivatives(hi, rows)
             if g_hi <= 0:
-                return hi, "at_bound"
+                return hi, "at_bound", iteration
             hi_checked = True
         if candidate <= lo and not lo_checked:
             g_lo, _ = objective.ray_derivatives(lo, rows)
             if g_lo >= 0:
-                return lo, "at_bound"
+                return lo, "at_bound", iteration
             lo_checked = True
         if not lo < candidate < hi:
             candidate = math.sqrt(lo * hi)  # bisect in log space
         change = abs(math.log(candidate / beta))
         beta = candidate
-        # Converged, or the step stopped shrinking at the rounding floor.
-        if change <= rtol or (change <= 1e-6 and change > 0.5 * previous):
-            return beta, "converged"
+        # Converged: the step is below tolerance, or quadratic convergence
+        # (next step ~ step^2 / previous) predicts that it lands within it,
+        # or the step stopped shrinking at the rounding floor.
+        if (
+            change <= rtol
+            or (previous < 1e-2 and change**3 <= rtol * previous**2)
+            or (change <= 1e-6 and change > 0.5 * previous)
+        ):
+            return beta, "converged", iteration
         previous = change
-    return beta, "converged"
+    return beta, "converged", _START_ITER
 
 
 def _ray_start(objective, log2_spread):
-    """beta of the exact temperature solution of the (masked) problem."""
+    """beta of the exact temperature solution of the (masked) problem.
+
+    Returns (beta, iterations on the full data).
+    """
     spread = 2.0 ** (log2_spread if log2_spread is not None else 0.0)
     lo, hi = _BETA_RANGE[0] / spread, _BETA_RANGE[1] / spread
     beta = 1.0 / spread
@@ -771,9 +826,10 @@ def _ray_start(objective, log2_spread):
     if n_rows > 4 * _WARM_START_ROWS:
         rows = _spaced_rows(n_rows, _WARM_START_ROWS, objective.features.device)
         if float(objective.weights64[rows].sum()) > 0:
-            beta, _ = _ray_newton(objective, beta, lo, hi, rows, rtol=1e-6)
+            beta, _, _ = _ray_newton(objective, beta, lo, hi, rows, rtol=1e-6)
     rtol = 1e-12 if objective.features.dtype == torch.float64 else 1e-9
-    return _ray_newton(objective, beta, lo, hi, None, rtol=rtol)
+    beta, _, iterations = _ray_newton(objective, beta, lo, hi, None, rtol=rtol)
+    return beta, iterations
 
 
 def _line_search(objective, theta, loss, grad, direction, loss_noise):
@@ -852,11 +908,11 @@ def _lbfgs_direction(grad, history, precondition):
     return -r
 
 
-def _preconditioner(objective, theta, curv):
+def _preconditioner(objective, theta, curv, grad):
     """The L-BFGS preconditioner at the start, finite whatever the data."""
     if objective.kind == "vector":
         if bool(torch.isfinite(curv).all()):
-            return _VectorPreconditioner(curv)
+            return _VectorPreconditioner(curv, grad)
     else:
         if objective.n_classes <= _BLOCK_CLASSES:
             blocks = objective.class_blocks(theta)
@@ -954,7 +1010,8 @@ def fit_affine(
                 features, mask, y, weights, ~empty
             )
 
-    exponent = _rescale_exponent(features, mask)
+    log2_spread, log2_top = _spread_log2(features, mask)
+    exponent = _rescale_exponent(log2_spread, log2_top)
     if exponent:
         features = _times_power_of_two(features, exponent)
         if not bool(torch.isfinite(features).all()):
@@ -964,11 +1021,12 @@ def fit_affine(
         # W x = (W / c) (c x): the penalty on W / c is rho c^2 (clamped where
         # c^2 leaves float64's range, which only happens far from any data).
         rho_coef = min(math.ldexp(rho_coef, min(2 * exponent, 1023)), 1e300)
+        if log2_spread is not None:
+            log2_spread += exponent
     factor = math.ldexp(1.0, exponent)
 
-    log2_spread, _ = _spread_log2(features, mask)
     objective = _Objective(features, y, weights, kind, rho_coef, rho_bias, mask)
-    beta, _ = _ray_start(objective, log2_spread)
+    beta, start_iterations = _ray_start(objective, log2_spread)
 
     theta = torch.zeros(objective.shape, dtype=torch.float64, device=device)
     if kind == "vector":
@@ -998,29 +1056,28 @@ def fit_affine(
                 theta = theta[kept]
         objective.freeze(frozen)
 
+    # With every class kept at the start, the fit is the temperature solve.
     solver_name = "none"
     status = "converged"
-    n_iter = 0
+    n_iter = start_iterations
     decrement = 0.0
+    solve = frozen is None or not bool(frozen.all())
+    newton = solve and (
+        solver == "newton" or (solver == "auto" and _use_newton(objective))
+    )
+    if newton:
+        # The problem is small: float64 throughout costs little.
+        objective.use_float64()
+    theta = objective.snap(theta)
     loss, grad, curv = objective.evaluate(theta, curvature=kind == "vector")
     grad_norm = float(grad.abs().max())
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise FloatingPointError("non-finite loss or gradient at the start")
-    if frozen is None or not bool(frozen.all()):
-        newton = solver == "newton" or (solver == "auto" and _use_newton(objective))
+    if solve:
         solver_name = "newton" if newton else "lbfgs"
-        if newton:
-            # The problem is small: float64 throughout costs little.
-            objective.use_float64()
-            loss, grad, _ = objective.evaluate(theta)
-            grad_norm = float(grad.abs().max())
-        else:
-            theta = objective.snap(theta)
-        precondition = None if newton else _preconditioner(objective, theta, curv)
-        # The vector map's 2 x 2 blocks come with the same pass: refreshed at
-        # every point, they follow curvatures that change by orders of
-        # magnitude on the way (a class with one sample: 10x fewer iterations).
-        objective.track_curvature = not newton and kind == "vector"
+        precondition = None
+        if not newton:
+            precondition = _preconditioner(objective, theta, curv, grad)
         theta, loss, grad, status, n_iter, decrement = _minimise(
             objective, theta, loss, grad, newton, precondition, max_iter, tol
         )
@@ -1060,6 +1117,11 @@ def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol)
     status = "max_iter"
     n_iter = 0
     decrement = 0.0
+    # The vector map's 2 x 2 blocks come with the same pass (three more
+    # column sums): refreshed at every point, they follow curvatures that
+    # change by orders of magnitude on the way (a class with one sample: 10x
+    # fewer iterations, and half as many on well-posed problems).
+    objective.track_curvature = isinstance(precondition, _VectorPreconditioner)
     grad_norm = float(grad.abs().max())
     best_norm, since_best = grad_norm, 0
     recent_losses = [loss]
@@ -1138,7 +1200,7 @@ def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol)
         if objective.track_curvature and objective.last_curvature is not None:
             curv = objective.last_curvature
             if bool(torch.isfinite(curv).all()):
-                precondition = _VectorPreconditioner(curv)
+                precondition = _VectorPreconditioner(curv, grad)
         grad_norm = float(grad.abs().max())
         # At the rounding floor the steps only shuffle noise although every
         # line search succeeds: the gradient stops shrinking and the loss
