@@ -7,6 +7,7 @@ figure is drawn.
 """
 
 from ._binning import HistogramBinning, IsotonicCalibration
+from ._composite import MarginTemperatureScaling
 from ._meta import CalibratedClassifier
 from ._scaling import (
     DirichletCalibration,
@@ -28,6 +29,7 @@ __all__ = [
     "HistogramBinning",
     "IsotonicCalibration",
     "DirichletCalibration",
+    "MarginTemperatureScaling",
     "MatrixScaling",
     "PlattScaling",
     "SMART",

@@ -20,6 +20,13 @@ FAST_PARAMS = {
         "cv": 3,
     },
     "HistogramBinning": {},
+    # A temperature base keeps the checks fast (the default base
+    # cross-validates matrix scaling); tight tol for the weight checks.
+    "MarginTemperatureScaling": {
+        "base": TemperatureScaling(device="cpu"),
+        "device": "cpu",
+        "tol": 1e-10,
+    },
     "IsotonicCalibration": {},
     # The affine maps stop at a gradient tolerance; scikit-learn's check that
     # weights equal repeated rows compares probabilities to rtol 1e-7, which
