@@ -138,13 +138,18 @@ def _netcal(class_name, **kwargs):
     return fit
 
 
-def _probmetrics(class_name):
+def _probmetrics(class_name, **kwargs):
+    """A probmetrics calibrator by class name, or by factory name ("ts-mix")."""
+
     def fit(data):
         import torch
         from probmetrics import calibrators
         from probmetrics.distributions import CategoricalLogits
 
-        model = getattr(calibrators, class_name)()
+        if hasattr(calibrators, class_name):
+            model = getattr(calibrators, class_name)(**kwargs)
+        else:
+            model = calibrators.get_calibrator(class_name, **kwargs)
         val = CategoricalLogits(torch.from_numpy(data["logits_val"].astype(np.float32)))
         test = CategoricalLogits(torch.from_numpy(data["logits_test"].astype(np.float32)))
         start = time.perf_counter()
@@ -193,6 +198,13 @@ PEERS = {
     "probmetrics VectorScaling": _probmetrics("VectorScalingCalibrator"),
     "probmetrics MatrixScaling": _probmetrics("MatrixScalingCalibrator"),
     "probmetrics Dirichlet": _probmetrics("DirichletCalibrator"),
+    # TS, then a fixed mix with the uniform distribution of weight 1 / (n + 1).
+    "probmetrics ts-mix": _probmetrics("ts-mix"),
+    # Zhang et al.'s ensemble temperature scaling, both fits on the NLL.
+    "probmetrics ETS (ce)": _probmetrics("ETSCalibrator", loss="ce"),
+    "probmetrics beta": _probmetrics("beta"),  # betacal's abm, binary
+    "probmetrics quadratic-scaling": _probmetrics("quadratic-scaling"),  # binary
+    "probmetrics ivap": _probmetrics("ivap"),  # venn-abers package
     "torch-uncertainty TemperatureScaler": _torch_uncertainty("TemperatureScaler"),
     "torch-uncertainty VectorScaler": _torch_uncertainty("VectorScaler"),
     "torch-uncertainty MatrixScaler": _torch_uncertainty("MatrixScaler"),
@@ -200,12 +212,22 @@ PEERS = {
 QUICK_PEERS = ["scikit-learn temperature", "scikit-learn isotonic"]
 
 
-def evaluate_set(name, *, quick):
+def _selected(names, only):
+    """The names that contain one of the comma-separated ``only`` patterns."""
+    if not only:
+        return list(names)
+    patterns = [p.strip() for p in only.split(",") if p.strip()]
+    return [n for n in names if any(p in n for p in patterns)]
+
+
+def evaluate_set(name, *, quick, only=None):
     data = load_set(name)
     y_test = data["y_test"]
     rows = [{"method": "raw logits", "status": "ok", "fit_seconds": 0.0,
              **score(y_test, _softmax(data["logits_test"]))}]
-    for method, factory in ours().items():
+    our_methods = ours()
+    our_methods = {m: our_methods[m] for m in _selected(our_methods, only)}
+    for method, factory in our_methods.items():
         try:
             seconds, proba = fit_ours(factory, data)
         except ValueError as exc:  # e.g. Platt scaling on a multiclass set
@@ -215,6 +237,7 @@ def evaluate_set(name, *, quick):
         rows.append({"method": method, "status": "ok", "fit_seconds": seconds,
                      **score(y_test, proba)})
     peers = {k: PEERS[k] for k in QUICK_PEERS} if quick else PEERS
+    peers = {k: peers[k] for k in _selected(peers, only)}
     for method, fit in peers.items():
         try:
             seconds, proba = fit(data)
@@ -238,14 +261,19 @@ def published_checks(results):
     by_set = {r["set"]: {row["method"]: row for row in r["rows"]} for r in results}
     checks = []
     guo = by_set.get("c10_densenet40_guo")
-    if guo:
+    if guo and "TemperatureScaling" in guo:
         checks.append(
             "Guo et al. 2017, DenseNet-40 on CIFAR-10: published ECE 5.50% raw -> 0.95% "
             f"with temperature scaling; measured {guo['raw logits']['ECE %']:.2f}% -> "
             f"{guo['TemperatureScaling']['ECE %']:.2f}%."
         )
     smart = by_set.get("c10_resnet50_cross_entropy_smart")
-    if smart and "SMART" in smart and smart["SMART"]["status"] == "ok":
+    if (
+        smart
+        and "TemperatureScaling" in smart
+        and "SMART" in smart
+        and smart["SMART"]["status"] == "ok"
+    ):
         checks.append(
             "SMART authors, ResNet-50 on CIFAR-10 (cross-entropy): published ECE 4.35% "
             "raw, 1.38% TS, 0.76-0.82% SMART; measured "
@@ -253,6 +281,35 @@ def published_checks(results):
             f"{smart['TemperatureScaling']['ECE %']:.2f}%, {smart['SMART']['ECE %']:.2f}%."
         )
     return checks
+
+
+def summary(results, reference="TemperatureScaling"):
+    """Mean test metrics of each method over the sets where it ran, and its
+    wins (lower value) against ``reference`` on the sets both ran."""
+    by_method = {}
+    for result in results:
+        rows = {r["method"]: r for r in result["rows"] if r["status"] == "ok"}
+        for method, row in rows.items():
+            by_method.setdefault(method, []).append((row, rows.get(reference)))
+    metrics = ["ECE %", "NLL", "Brier"]
+    table = []
+    for method, pairs in by_method.items():
+        cells = [method, str(len(pairs))]
+        for m in metrics:
+            cells.append(f"{np.mean([row[m] for row, _ in pairs]):.4f}")
+        for m in ("ECE %", "NLL"):
+            against = [(row[m], ref[m]) for row, ref in pairs if ref is not None]
+            wins = sum(mine < theirs for mine, theirs in against)
+            cells.append(f"{wins}/{len(against)}" if method != reference else "")
+        table.append(cells)
+    header = ["method", "sets", *[f"mean {m}" for m in metrics],
+              f"ECE wins vs {reference}", f"NLL wins vs {reference}"]
+    return [
+        "## Mean over the sets\n",
+        "Each method's mean over the sets it ran on (binary-only methods run on "
+        "binary sets only, so compare them within the same set count).\n",
+        markdown_table(header, table),
+    ]
 
 
 def to_markdown(results, checks, info, quick):
@@ -268,6 +325,7 @@ def to_markdown(results, checks, info, quick):
         *[f"- {c}" for c in checks],
         "",
     ]
+    lines += summary(results)
     for result in results:
         ok = [r for r in result["rows"] if r["status"] == "ok"]
         best = {m: (max if m == "acc %" else min)(r[m] for r in ok) for m in METRICS}
@@ -291,12 +349,22 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="three sets, two peers")
     parser.add_argument("--out", default=None, help="output folder")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated name fragments: run only the matching methods "
+        "(ours and peers; raw logits always)",
+    )
+    parser.add_argument(
+        "--sets", default=None, help="comma-separated name fragments of the sets"
+    )
     args = parser.parse_args(argv)
     names = [n for n in public_sets() if not args.quick or n in QUICK_SETS]
+    names = _selected(names, args.sets)
     if not names:
         print("no public sets found in ../shared/data: nothing to benchmark")
         return
-    results = [evaluate_set(name, quick=args.quick) for name in names]
+    results = [evaluate_set(name, quick=args.quick, only=args.only) for name in names]
     checks = published_checks(results)
     info = machine_info()
     write_results("bench_quality", {"machine": info, "results": results, "checks": checks},

@@ -21,6 +21,8 @@ TITLES = {
     "bench_smart": "SMART benchmark",
     "bench_metrics": "Metrics benchmark",
     "bench_classifier": "Calibrating scikit-learn classifiers",
+    "bench_scale": "Data larger than memory",
+    "bench_smart_chunked": "SMART by mini-batches over chunks",
 }
 
 BENCHMARKS = [
@@ -31,6 +33,11 @@ BENCHMARKS = [
     "bench_classifier",
     "bench_quality",
     "bench_memory",
+    "bench_conformal",
+    # Writes 4 GB to /tmp and reads it about 15 times (about an hour on 2
+    # busy cores); --quick writes 0.3 GB.
+    "bench_scale",
+    "bench_smart_chunked",
 ]
 
 

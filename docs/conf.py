@@ -87,6 +87,7 @@ USER_GUIDE_ORDER = [
     "temperature",
     "metrics",
     "binning",
+    "conformal",
     "command_line",
     "datasets",
 ]

@@ -8,7 +8,9 @@ figure is drawn.
 
 from ._binning import HistogramBinning, IsotonicCalibration
 from ._composite import MarginTemperatureScaling
+from ._ensemble import EnsembleTemperatureScaling
 from ._meta import CalibratedClassifier
+from ._parametric_binary import BetaCalibration, QuadraticScaling
 from ._scaling import (
     DirichletCalibration,
     MatrixScaling,
@@ -18,22 +20,29 @@ from ._scaling import (
 )
 from ._selection import CalibratorSelector
 from ._smart import SMART
+from ._spline import SplineCalibration
+from ._venn_abers import VennAbersCalibration
 from .base import BaseCalibrator
 
 __version__ = "0.1.0"
 
 __all__ = [
     "BaseCalibrator",
+    "BetaCalibration",
     "CalibratedClassifier",
     "CalibratorSelector",
+    "EnsembleTemperatureScaling",
     "HistogramBinning",
     "IsotonicCalibration",
     "DirichletCalibration",
     "MarginTemperatureScaling",
     "MatrixScaling",
     "PlattScaling",
+    "QuadraticScaling",
     "SMART",
+    "SplineCalibration",
     "TemperatureScaling",
     "VectorScaling",
+    "VennAbersCalibration",
     "__version__",
 ]

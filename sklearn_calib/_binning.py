@@ -1,6 +1,6 @@
 """Non-parametric calibrators: isotonic regression and histogram binning.
 
-Both work on the softmax probabilities of the logits (numpy, scipy and
+Both map the softmax probabilities of the logits (numpy, scipy and
 scikit-learn only; no torch). Two ways to apply a binary map to a
 multiclass problem:
 
@@ -10,20 +10,38 @@ multiclass problem:
   the correctness of the argmax; the other classes are rescaled by
   ``(1 - new) / (1 - old)`` so that the row still sums to 1.
 
+Histogram binning bins the probabilities themselves. Isotonic regression
+regresses on their log-odds ``log(p_k / (1 - p_k))``, computed from the logits
+(``z_k - logsumexp_{j != k} z_j``): the same order as ``p_k``, but without the
+saturation of float64 probabilities, which round to 1.0 once a logit leads the
+others by about 36.7 and would then tie samples that the logits still rank.
+
 Calibrated probabilities are floored at ``PROBA_FLOOR`` before the
 renormalisation, so that :meth:`transform` (log-probabilities) never returns
-``-inf``. A one-vs-rest row whose calibrated values are all zero falls back to
-the uncalibrated softmax row.
+``-inf`` for a class with a finite logit. A one-vs-rest row whose calibrated
+values are all zero falls back to the uncalibrated softmax row.
+
+Masked classes (``-inf`` logits) keep probability exactly 0. They are left out
+of the fit of their class's one-vs-rest map (the model rules them out; they say
+nothing about how its other probabilities are calibrated), and a class with no
+unmasked calibration sample keeps the identity map (isotonic) or the bin
+mid-points (histogram): no data, no correction.
 """
 
 from numbers import Integral
 
 import numpy as np
+from scipy.special import expit
 from sklearn.isotonic import IsotonicRegression
 
 from .base import BaseCalibrator
 from .metrics._calibration import uniform_bin_index
 from .utils._compat import Interval, StrOptions
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_list,
+    fail_state,
+)
 from .utils._math import softmax
 
 PROBA_FLOOR = 1e-12
@@ -33,6 +51,44 @@ def _probabilities(logits):
     return softmax(np.asarray(logits, dtype=np.float64))
 
 
+def softmax_log_odds(logits):
+    """``log(p_k / (1 - p_k))`` of every softmax probability, stably, in float64.
+
+    The log-odds of class ``k`` are ``z_k - logsumexp_{j != k} z_j``. For a
+    class below the row maximum ``m``, ``logsumexp_{j != k} z_j = m + log(S -
+    e_k)`` with ``e = exp(z - m)`` and ``S = sum(e)``, where ``S - e_k >= 1``
+    loses nothing to cancellation. For the maximal class the others' sum is
+    taken relative to the runner-up, so the result stays finite whatever the
+    gap (the probability rounds to 1.0 in float64 beyond a gap of ~36.7).
+    Values are clipped to the finite float64 range.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (n_samples, n_classes)
+
+    Returns
+    -------
+    log_odds : ndarray of shape (n_samples, n_classes) of float64
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(z.shape[0])
+    top = z.argmax(axis=1)
+    peak = z[rows, top][:, None]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        shifted = z - peak
+        exp = np.exp(shifted)
+        out = shifted - np.log(exp.sum(axis=1, keepdims=True) - exp)
+        others = z.copy()
+        others[rows, top] = -np.inf
+        second = others.max(axis=1, keepdims=True)
+        rest = np.exp(others - second).sum(axis=1)
+        out[rows, top] = (peak - second)[:, 0] - np.log(rest)
+    # A row with a single finite logit (masked classes) gives +-inf and NaN
+    # where the ranking is still clear: the ends of the float64 range.
+    out[np.isnan(out)] = np.inf
+    return np.clip(out, -np.finfo(np.float64).max, np.finfo(np.float64).max)
+
+
 def _top_label_targets(proba, y):
     """Confidence of the predicted class and whether it is correct."""
     predicted = proba.argmax(axis=1)
@@ -40,44 +96,86 @@ def _top_label_targets(proba, y):
     return predicted, confidence, (predicted == y).astype(np.float64)
 
 
-def _binary_problems(proba, y, mode):
-    """(scores, 0/1 targets) of each binary map: one per class, or the top label."""
+def _binary_problems(proba, y, mode, sample_weight, masked):
+    """(scores, 0/1 targets, weights) of each binary map: per class, or the top label.
+
+    ``proba`` may be any order-preserving representation of the probabilities
+    (the log-odds for isotonic regression). A class's map is fitted on the rows
+    where that class is not masked. Only the ratios of the weights matter: they
+    are divided by their maximum, so that their scale (1e-310 or 1e300) changes
+    no sum's precision.
+    """
+    sample_weight = sample_weight / sample_weight.max()
     if mode == "top_label":
         _, scores, targets = _top_label_targets(proba, y)
-        return [(scores, targets)]
-    return [(proba[:, k], (y == k).astype(np.float64)) for k in range(proba.shape[1])]
+        return [(scores, targets, sample_weight)]
+    problems = []
+    for k in range(proba.shape[1]):
+        scores, targets = proba[:, k], (y == k).astype(np.float64)
+        if masked is not None and masked[:, k].any():
+            keep = ~masked[:, k]
+            scores, targets = scores[keep], targets[keep]
+            problems.append((scores, targets, sample_weight[keep]))
+        else:
+            problems.append((scores, targets, sample_weight))
+    return problems
 
 
-def _apply_top_label(proba, new_confidence):
+def _masked_classes(logits):
+    """Boolean mask of the ``-inf`` (masked) logits, or None when there are none."""
+    masked = np.isneginf(logits)
+    return masked if masked.any() else None
+
+
+def _apply_top_label(proba, new_confidence, masked=None, predicted=None):
     """Set the predicted class to ``new_confidence`` and rescale the others."""
     rows = np.arange(proba.shape[0])
-    predicted = proba.argmax(axis=1)
+    if predicted is None:
+        predicted = proba.argmax(axis=1)
     old = proba[rows, predicted]
     rest = 1.0 - old
     out = proba.copy()
     with np.errstate(divide="ignore", invalid="ignore"):
         scale = np.where(rest > 0, (1.0 - new_confidence) / rest, 0.0)
     out *= scale[:, None]
-    # A row whose other classes were exactly 0 shares the freed mass equally.
-    n_classes = proba.shape[1]
+    # A row whose other classes were exactly 0 shares the freed mass equally
+    # among its other unmasked classes; with none (every other class masked)
+    # the row stays one-hot.
     degenerate = rest <= 0
     if np.any(degenerate):
-        out[degenerate] = (1.0 - new_confidence[degenerate, None]) / max(
-            n_classes - 1, 1
+        open_classes = np.ones((int(degenerate.sum()), proba.shape[1]), dtype=bool)
+        if masked is not None:
+            open_classes &= ~masked[degenerate]
+        open_classes[np.arange(open_classes.shape[0]), predicted[degenerate]] = False
+        n_open = open_classes.sum(axis=1)
+        share = np.where(n_open > 0, 1.0 - new_confidence[degenerate], 0.0)
+        out[degenerate] = open_classes * (share / np.maximum(n_open, 1))[:, None]
+        new_confidence = new_confidence.copy()
+        new_confidence[degenerate] = np.where(
+            n_open > 0, new_confidence[degenerate], 1.0
         )
     out[rows, predicted] = new_confidence
     return out
 
 
-def _finish(calibrated, uncalibrated):
-    """Floor, fall back for empty rows, renormalise, and return log-probabilities."""
+def _finish(calibrated, uncalibrated, masked=None):
+    """Floor, fall back for empty rows, renormalise, and return log-probabilities.
+
+    Masked entries (``masked``, ``-inf`` logits) stay exactly 0: log-probability
+    ``-inf``.
+    """
     calibrated = np.clip(calibrated, 0.0, 1.0)
+    if masked is not None:
+        calibrated[masked] = 0.0
     empty = calibrated.sum(axis=1) <= 0
     if np.any(empty):
         calibrated[empty] = uncalibrated[empty]
     np.maximum(calibrated, PROBA_FLOOR, out=calibrated)
+    if masked is not None:
+        calibrated[masked] = 0.0
     calibrated /= calibrated.sum(axis=1, keepdims=True)
-    return np.log(calibrated)
+    with np.errstate(divide="ignore"):  # log(0) = -inf for masked classes
+        return np.log(calibrated)
 
 
 class IsotonicCalibration(BaseCalibrator):
@@ -88,6 +186,17 @@ class IsotonicCalibration(BaseCalibrator):
     fitted by the pool adjacent violators algorithm to the 0/1 outcome, either
     per class (one-vs-rest, then rows renormalised) or on the top-label
     confidence. Inputs outside the fitted range are clipped to its ends.
+
+    The maps take the log-odds ``log(p_k / (1 - p_k)) = z_k - logsumexp_{j !=
+    k} z_j`` of the probabilities as input, computed stably from the logits.
+    They order the samples as the probabilities do, so the isotonic fit is the
+    same, but they do not saturate: float64 probabilities round to 1.0 once a
+    logit leads the others by about 36.7, which would tie (and pool) samples
+    that the logits still rank. For a single score column ``s`` (the logits
+    ``(0, s)``) the log-odds of the positive class are ``s`` itself, so the
+    map is :class:`~sklearn.isotonic.IsotonicRegression` on the scores, as in
+    :class:`~sklearn.calibration.CalibratedClassifierCV` with
+    ``method="isotonic"``.
 
     Isotonic regression is flexible and needs a large calibration set; it may
     change the argmax, through ties of the step function and through the
@@ -103,11 +212,20 @@ class IsotonicCalibration(BaseCalibrator):
         probabilities). ``"top_label"``: one map on the confidence of the
         predicted class; the other classes are rescaled proportionally.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     X_thresholds_ : list of ndarray
         Per map (one per class for ``"ovr"``, one for ``"top_label"``), the
-        increasing input thresholds of the step function.
+        increasing input thresholds of the step function, in log-odds.
     y_thresholds_ : list of ndarray
         The matching calibrated values, non-decreasing in ``[0, 1]``.
     classes_ : ndarray of shape (n_classes,)
@@ -123,7 +241,8 @@ class IsotonicCalibration(BaseCalibrator):
     Notes
     -----
     Each map is scikit-learn's ``IsotonicRegression(y_min=0, y_max=1,
-    out_of_bounds="clip")`` fitted on the (weighted) calibration scores, so:
+    out_of_bounds="clip")`` fitted on the (weighted) log-odds of the
+    calibration probabilities, so:
 
     - tied calibration scores are pooled first, their targets averaged with
       their weights, and get one fitted value;
@@ -162,17 +281,51 @@ class IsotonicCalibration(BaseCalibrator):
         "mode": [StrOptions({"ovr", "top_label"})],
     }
 
-    def __init__(self, *, mode="ovr"):
+    def __init__(self, *, mode="ovr", classes=None):
         self.mode = mode
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
-        problems = _binary_problems(_probabilities(logits), y, self.mode)
+        problems = _binary_problems(
+            softmax_log_odds(logits), y, self.mode, sample_weight, _masked_classes(logits)
+        )
         self.X_thresholds_, self.y_thresholds_ = [], []
-        for scores, targets in problems:
+        for scores, targets, weights in problems:
+            if not np.any(weights > 0):  # masked in every calibration row
+                # No data, no correction: the identity on the probability,
+                # as a function of the log-odds (interpolated within 1e-4).
+                grid = np.linspace(-40.0, 40.0, 801)
+                self.X_thresholds_.append(grid)
+                self.y_thresholds_.append(expit(grid))
+                continue
             iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
-            iso.fit(scores, targets, sample_weight=sample_weight)
+            iso.fit(scores, targets, sample_weight=weights)
             self.X_thresholds_.append(iso.X_thresholds_)
             self.y_thresholds_.append(iso.y_thresholds_)
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        n_maps = 1 if self.mode == "top_label" else len(self.classes_)
+        x_list = check_state_list(self, "X_thresholds_", length=n_maps)
+        y_list = check_state_list(self, "y_thresholds_", length=n_maps)
+        for m, (x, values) in enumerate(zip(x_list, y_list, strict=True)):
+            x = check_state_array(
+                self, f"X_thresholds_[{m}]", value=x, ndim=1, finite=True
+            )
+            values = check_state_array(
+                self, f"y_thresholds_[{m}]", value=values, ndim=1, low=0.0, high=1.0
+            )
+            if x.shape[0] < 1 or values.shape != x.shape:
+                fail_state(
+                    self,
+                    f"y_thresholds_[{m}]",
+                    f"must hold one value per threshold ({x.shape[0]}, at least "
+                    f"1), got shape {values.shape}",
+                )
+            if np.any(np.diff(x) <= 0):
+                fail_state(self, f"X_thresholds_[{m}]", "must be strictly increasing")
+            if np.any(np.diff(values) < 0):
+                fail_state(self, f"y_thresholds_[{m}]", "must be non-decreasing")
 
     def _map(self, index, scores):
         x, values = self.X_thresholds_[index], self.y_thresholds_[index]
@@ -182,14 +335,22 @@ class IsotonicCalibration(BaseCalibrator):
 
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)
+        masked = _masked_classes(logits)
+        log_odds = softmax_log_odds(logits)
         if self.mode == "top_label":
-            _, confidence, _ = _top_label_targets(proba, np.zeros(proba.shape[0]))
-            calibrated = _apply_top_label(proba, self._map(0, confidence))
+            # The predicted class is the argmax of the log-odds, as in fit
+            # (probabilities that round to the same value would tie).
+            predicted, confidence, _ = _top_label_targets(
+                log_odds, np.zeros(proba.shape[0])
+            )
+            calibrated = _apply_top_label(
+                proba, self._map(0, confidence), masked, predicted
+            )
         else:
             calibrated = np.column_stack(
-                [self._map(k, proba[:, k]) for k in range(proba.shape[1])]
+                [self._map(k, log_odds[:, k]) for k in range(proba.shape[1])]
             )
-        return _finish(calibrated, proba)
+        return _finish(calibrated, proba, masked)
 
 
 def _weighted_quantile_edges(scores, weights, n_bins):
@@ -237,6 +398,15 @@ class HistogramBinning(BaseCalibrator):
         ``"top_label"``: one histogram of the confidence of the predicted
         class; the other classes are rescaled proportionally.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     bin_edges_ : ndarray of shape (n_maps, n_bins + 1)
@@ -244,7 +414,9 @@ class HistogramBinning(BaseCalibrator):
     bin_values_ : ndarray of shape (n_maps, n_bins)
         Calibrated value of each bin.
     bin_counts_ : ndarray of shape (n_maps, n_bins)
-        Calibration weight that fell in each bin.
+        Calibration weight that fell in each bin, in units of the largest
+        sample weight (the number of samples for unit weights); masked
+        entries of a class are not counted in its bins.
     classes_ : ndarray of shape (n_classes,)
         Class labels.
     n_features_in_ : int
@@ -282,13 +454,35 @@ class HistogramBinning(BaseCalibrator):
         "mode": [StrOptions({"ovr", "top_label"})],
     }
 
-    def __init__(self, *, n_bins=15, strategy="uniform", mode="ovr"):
+    def __init__(self, *, n_bins=15, strategy="uniform", mode="ovr", classes=None):
         self.n_bins = n_bins
         self.strategy = strategy
         self.mode = mode
+        self.classes = classes
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        n_maps = 1 if self.mode == "top_label" else len(self.classes_)
+        edges = check_state_array(
+            self,
+            "bin_edges_",
+            shape=(n_maps, self.n_bins + 1),
+            low=0.0,
+            high=1.0,
+        )
+        if np.any(np.diff(edges, axis=1) < 0):
+            fail_state(self, "bin_edges_", "must be non-decreasing in every row")
+        if np.any(edges[:, 0] != 0.0) or np.any(edges[:, -1] != 1.0):
+            fail_state(self, "bin_edges_", "must start at 0 and end at 1 in every row")
+        check_state_array(
+            self, "bin_values_", shape=(n_maps, self.n_bins), low=0.0, high=1.0
+        )
+        check_state_array(
+            self, "bin_counts_", shape=(n_maps, self.n_bins), finite=True, low=0.0
+        )
 
     def _edges(self, scores, weights):
-        if self.strategy == "uniform":
+        if self.strategy == "uniform" or not np.any(weights > 0):
             return np.linspace(0.0, 1.0, self.n_bins + 1)
         inner = _weighted_quantile_edges(scores, weights, self.n_bins)
         return np.concatenate([[0.0], inner, [1.0]])
@@ -301,18 +495,18 @@ class HistogramBinning(BaseCalibrator):
         return np.searchsorted(inner, scores, side="left")
 
     def _fit(self, logits, y, sample_weight):
-        problems = _binary_problems(_probabilities(logits), y, self.mode)
+        problems = _binary_problems(
+            _probabilities(logits), y, self.mode, sample_weight, _masked_classes(logits)
+        )
         n_maps = len(problems)
         self.bin_edges_ = np.empty((n_maps, self.n_bins + 1))
         self.bin_values_ = np.empty((n_maps, self.n_bins))
         self.bin_counts_ = np.empty((n_maps, self.n_bins))
-        for m, (scores, targets) in enumerate(problems):
-            self.bin_edges_[m] = self._edges(scores, sample_weight)
+        for m, (scores, targets, weights) in enumerate(problems):
+            self.bin_edges_[m] = self._edges(scores, weights)
             index = self._bin_index(m, scores)
-            mass = np.bincount(index, weights=sample_weight, minlength=self.n_bins)
-            hits = np.bincount(
-                index, weights=sample_weight * targets, minlength=self.n_bins
-            )
+            mass = np.bincount(index, weights=weights, minlength=self.n_bins)
+            hits = np.bincount(index, weights=weights * targets, minlength=self.n_bins)
             midpoints = 0.5 * (self.bin_edges_[m, :-1] + self.bin_edges_[m, 1:])
             with np.errstate(divide="ignore", invalid="ignore"):
                 self.bin_values_[m] = np.where(mass > 0, hits / mass, midpoints)
@@ -320,10 +514,11 @@ class HistogramBinning(BaseCalibrator):
 
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)
+        masked = _masked_classes(logits)
         if self.mode == "top_label":
             _, confidence, _ = _top_label_targets(proba, np.zeros(proba.shape[0]))
             new = self.bin_values_[0][self._bin_index(0, confidence)]
-            calibrated = _apply_top_label(proba, new)
+            calibrated = _apply_top_label(proba, new, masked)
         elif self.strategy == "uniform":
             # Every class shares the edges: one pass bins the whole block.
             index = uniform_bin_index(proba, self.n_bins)
@@ -335,4 +530,4 @@ class HistogramBinning(BaseCalibrator):
                     for k in range(proba.shape[1])
                 ]
             )
-        return _finish(calibrated, proba)
+        return _finish(calibrated, proba, masked)

@@ -24,7 +24,20 @@ from .utils._compat import (
     _safe_indexing,
     check_is_fitted,
 )
-from .utils._validation import check_classification_labels, check_sample_weight
+from .utils._fitted_state import (
+    check_state_classes,
+    check_state_int,
+    check_state_list,
+    fail_state,
+    get_state,
+)
+from .utils._validation import (
+    check_classification_labels,
+    check_column_classes,
+    check_sample_weight,
+    encode_with_classes,
+    match_labels,
+)
 
 # predict_proba of 0 becomes the logit log(1e-12) ~ -27.6: finite, and far enough
 # below any real log-probability not to distort the calibration map.
@@ -95,17 +108,29 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         out-of-fold logits and one estimator refitted on all the data
         (``False``). ``"auto"`` is ``False`` for a
         :class:`~sklearn.frozen.FrozenEstimator` and ``True`` otherwise.
+    classes : array-like of shape (n_classes,), default=None
+        Every class the classifier stands for, in the column order of
+        :meth:`predict_proba`. ``y`` may hold any subset of it, and so may
+        the estimator's ``classes_``: a class it does not know gets
+        probability 0. ``None`` uses the fitted estimator's ``classes_``.
+        Set it when the training data may lack a class that predictions
+        must still have a column for.
 
     Attributes
     ----------
     classes_ : ndarray of shape (n_classes,)
-        The class labels, those of the fitted estimator.
+        The class labels: ``classes`` when given, else those of the fitted
+        estimator.
     estimators_ : list of fitted estimators
         One per split with ``ensemble=True``; otherwise a single estimator
         (refitted on all the data, or the frozen one).
     calibrators_ : list of fitted calibrators
         The calibrator paired with each of ``estimators_``. They are fitted
-        on integer class codes: code ``i`` stands for ``classes_[i]``.
+        on integer class codes: code ``i`` stands for the estimator's
+        ``classes_[i]``. A calibrator of this library is given
+        ``classes=arange(n)`` (``n`` the estimator's number of classes, its
+        own ``classes`` is overridden), so that it fits even on a calibration
+        fold that holds fewer classes, a single one included.
     n_features_in_ : int
         Number of features seen by the estimator, when it records it.
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -164,13 +189,17 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         "calibrator": [HasMethods(["fit", "predict_proba"]), None],
         "cv": ["cv_object"],
         "ensemble": ["boolean", StrOptions({"auto"})],
+        "classes": ["array-like", None],
     }
 
-    def __init__(self, estimator=None, calibrator=None, *, cv=5, ensemble="auto"):
+    def __init__(
+        self, estimator=None, calibrator=None, *, cv=5, ensemble="auto", classes=None
+    ):
         self.estimator = estimator
         self.calibrator = calibrator
         self.cv = cv
         self.ensemble = ensemble
+        self.classes = classes
 
     def _get_estimator(self):
         if self.estimator is not None:
@@ -215,7 +244,13 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             The fitted classifier.
         """
         y = check_classification_labels(self, y)
-        n_classes = np.unique(y).shape[0]
+        classes = None
+        if self.classes is not None:
+            classes = check_column_classes(
+                self.classes, None, name="classes", columns="classes"
+            )
+            encode_with_classes(y, classes, y_name="y", name="classes")
+        n_classes = np.unique(y).shape[0] if classes is None else classes.shape[0]
         if n_classes > 2 and not get_tags(self).classifier_tags.multi_class:
             raise ValueError(
                 "Only binary classification is supported. "
@@ -246,10 +281,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
                 )
                 folds.append((fold_estimator, test))
 
-        self.classes_ = self._check_classes([est for est, _ in folds], y)
-        # classes_ need not be sorted for a prefit estimator
-        order = np.argsort(self.classes_)
-        codes = order[np.searchsorted(self.classes_, y, sorter=order)]
+        estimator_classes = self._check_classes([est for est, _ in folds], y, classes)
+        # The calibrators see the estimator's columns: code i is its i-th class
+        # (its classes_ need not be sorted for a prefit estimator).
+        codes, _ = match_labels(y, estimator_classes)
+        n_codes = estimator_classes.shape[0]
         if ensemble:
             self.estimators_ = [est for est, _ in folds]
             self.calibrators_ = [
@@ -257,6 +293,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
                     _estimator_logits(est, _safe_indexing(X, test)),
                     codes[test],
                     None if sample_weight is None else sample_weight[test],
+                    n_codes,
                 )
                 for est, test in folds
             ]
@@ -267,7 +304,10 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             else:
                 final_estimator = clone(estimator).fit(X, y, **estimator_params)
             self.estimators_ = [final_estimator]
-            self.calibrators_ = [self._fit_calibrator(logits, codes, sample_weight)]
+            self.calibrators_ = [
+                self._fit_calibrator(logits, codes, sample_weight, n_codes)
+            ]
+        self.classes_ = estimator_classes if classes is None else classes
 
         first = self.estimators_[0]
         if hasattr(first, "n_features_in_"):
@@ -298,26 +338,37 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return estimator_params, {}
 
     @staticmethod
-    def _check_classes(estimators, y):
-        """Classes of the fitted estimators, which must agree and cover ``y``."""
-        classes = np.asarray(estimators[0].classes_)
+    def _check_classes(estimators, y, classes):
+        """Classes of the fitted estimators: they must agree, cover ``y`` and
+        lie in ``classes`` when it is given."""
+        estimator_classes = np.asarray(estimators[0].classes_)
         for est in estimators[1:]:
             other = np.asarray(est.classes_)
-            if not np.array_equal(other, classes):
+            if not np.array_equal(other, estimator_classes):
                 raise ValueError(
                     "The estimators fitted on the training folds saw different "
-                    f"classes ({classes.tolist()} and {other.tolist()}): "
+                    f"classes ({estimator_classes.tolist()} and {other.tolist()}): "
                     "every class needs samples in every training fold. Use a "
                     "stratified splitter or fewer folds."
                 )
-        unknown = np.setdiff1d(y, classes)
+        unknown = np.setdiff1d(y, estimator_classes)
         if unknown.size:
             raise ValueError(
                 f"y has classes {unknown.tolist()} that the estimator did not see "
-                f"in training (its classes are {classes.tolist()}): every class "
+                f"in training (its classes are {estimator_classes.tolist()}): every "
+                "class "
                 "needs samples in every training fold."
             )
-        return classes
+        if classes is not None:
+            _, known = match_labels(estimator_classes, classes)
+            if not np.all(known):
+                raise ValueError(
+                    "The estimator's classes "
+                    f"{estimator_classes[~known].tolist()} are not in classes="
+                    f"{classes.tolist()}; classes must list every class the "
+                    "estimator predicts."
+                )
+        return estimator_classes
 
     @staticmethod
     def _out_of_fold_logits(X, folds):
@@ -339,16 +390,26 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             logits[test] = fold_logits
         return logits
 
-    def _fit_calibrator(self, logits, codes, sample_weight):
-        if np.unique(codes).shape[0] < 2:
+    def _fit_calibrator(self, logits, codes, sample_weight, n_codes):
+        calibrator = clone(self._get_calibrator())
+        if "classes" in calibrator.get_params(deep=False):
+            # The class set is known from all of y: a calibration fold that
+            # lacks some classes (even all but one) still fits every column.
+            calibrator.set_params(classes=np.arange(n_codes))
+        elif np.unique(codes).shape[0] < 2:
             raise ValueError(
-                "A calibration fold holds samples of a single class, so no "
-                "calibrator can be fitted on it: use fewer cv folds, a stratified "
-                "splitter or more samples of the rarest class."
+                "A calibration fold holds samples of a single class, so "
+                f"{type(calibrator).__name__} cannot be fitted on it: use fewer "
+                "cv folds, a stratified splitter or more samples of the rarest "
+                "class, or a calibrator of this library (they take the class "
+                "set from all of y)."
             )
-        return clone(self._get_calibrator()).fit(
-            logits, codes, sample_weight=sample_weight
-        )
+        return calibrator.fit(logits, codes, sample_weight=sample_weight)
+
+    def _estimator_columns(self, estimator):
+        """Column of ``classes_`` of each of the estimator's classes."""
+        columns, _ = match_labels(np.asarray(estimator.classes_), self.classes_)
+        return columns
 
     def predict_proba(self, X):
         """Calibrated class probabilities.
@@ -370,9 +431,12 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             self.estimators_, self.calibrators_, strict=True
         ):
             logits = _estimator_logits(estimator, X)
-            # A calibrator fitted on a fold that lacks some class codes may
-            # have fewer columns; they land at their codes' positions.
-            proba[:, calibrator.classes_] += calibrator.predict_proba(logits)
+            # A calibrator's columns are the estimator's class codes (a
+            # classifier used as calibrator may know only those of its fold);
+            # they land at those classes' columns of classes_, and classes the
+            # estimator does not know keep probability 0.
+            columns = self._estimator_columns(estimator)
+            proba[:, columns[calibrator.classes_]] += calibrator.predict_proba(logits)
         proba /= len(self.calibrators_)
         return proba
 
@@ -392,6 +456,53 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         """
         check_is_fitted(self)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def _check_fitted_state(self):
+        """Raise a ValueError if the fitted state is not one :meth:`fit` produces.
+
+        Called when the classifier is loaded (pickle, joblib, skops); each
+        calibrator of the library has checked its own state by then.
+        """
+        self._validate_params()
+        check_state_classes(self)
+        estimators = get_state(self, "estimators_")
+        calibrators = get_state(self, "calibrators_")
+        if not isinstance(estimators, list) or not estimators:
+            fail_state(self, "estimators_", "must be a non-empty list")
+        check_state_list(self, "calibrators_", length=len(estimators))
+        for i, (estimator, calibrator) in enumerate(
+            zip(estimators, calibrators, strict=True)
+        ):
+            known = np.asarray(getattr(estimator, "classes_", []))
+            if known.ndim != 1 or not np.all(match_labels(known, self.classes_)[1]):
+                fail_state(
+                    self,
+                    f"estimators_[{i}].classes_",
+                    f"must be classes of classes_={self.classes_.tolist()}",
+                )
+            codes = np.asarray(getattr(calibrator, "classes_", []))
+            if (
+                codes.ndim != 1
+                or codes.dtype.kind not in "iu"
+                or np.unique(codes).shape[0] != codes.shape[0]
+                or codes.min(initial=0) < 0
+                or codes.max(initial=0) >= known.shape[0]
+            ):
+                fail_state(
+                    self,
+                    f"calibrators_[{i}].classes_",
+                    "must be distinct class codes of the estimator, in "
+                    f"range({known.shape[0]})",
+                )
+        if hasattr(self, "n_features_in_"):
+            check_state_int(self, "n_features_in_", low=1)
+
+    def __setstate__(self, state):
+        # Files of an earlier version have no classes parameter.
+        state.setdefault("classes", None)
+        super().__setstate__(state)
+        if "classes_" in state:
+            self._check_fitted_state()
 
     def get_metadata_routing(self):
         """Get the metadata routing of this object.

@@ -12,6 +12,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, StrOptions, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_float,
+    check_state_int,
+    fail_state,
+)
 from .utils._math import log_softmax, scale_logits
 from .utils._validation import check_device
 
@@ -26,6 +32,47 @@ def _torch_inputs(logits, y, sample_weight, device):
         to_tensor(y.astype(np.int64, copy=False), torch_device),
         to_tensor(sample_weight, torch_device),
     )
+
+
+def _mask_of(logits):
+    """Boolean array of the -inf (masked) entries, or None when there are none."""
+    if logits.size == 0 or not np.isneginf(logits.min()):
+        return None
+    return np.isneginf(logits)
+
+
+def _label(value):
+    """A class label for a message: numpy scalars as plain Python values."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def _check_true_class_unmasked(classes, y, masked_true):
+    """ValueError when rows with positive weight have their true class masked."""
+    if not masked_true.any():
+        return
+    row = int(np.flatnonzero(masked_true)[0])
+    raise ValueError(
+        f"Row {row} of X has a -inf (masked) logit for its true class "
+        f"{_label(classes[y[row]])!r} ({int(masked_true.sum())} such rows in all): "
+        "no calibration map can give that class a non-zero probability, so the "
+        "NLL is infinite. Unmask the true class, or drop those rows (or give "
+        "them zero weight)."
+    )
+
+
+def _mixing_inputs(features, mask):
+    """Finite inputs of an affine map: what a masked entry contributes.
+
+    For the matrix map a masked entry enters as the lowest unmasked feature of
+    its row (the least likely class the row allows), so that a masked class is
+    treated as no more likely than any available one, and adding a constant
+    to a row of logits shifts every input alike. The vector map never mixes
+    columns, and its masked outputs are -inf whatever the input: 0 there.
+    """
+    if mask is None:
+        return features
+    lowest = np.where(mask, np.inf, features).min(axis=1, keepdims=True)
+    return np.where(mask, lowest, features)
 
 
 class TemperatureScaling(BaseCalibrator):
@@ -47,6 +94,15 @@ class TemperatureScaling(BaseCalibrator):
     max_iter : int, default=100
         Maximum number of Newton iterations over the full data. A
         :class:`~sklearn.exceptions.ConvergenceWarning` is raised if reached.
+
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
 
     Attributes
     ----------
@@ -73,11 +129,25 @@ class TemperatureScaling(BaseCalibrator):
     the true class equals the mean expected logit. When every calibration
     sample is classified correctly and separably, the NLL decreases for ever
     as ``T -> 0``; when the logits carry no ranking information it is lowest
-    as ``T -> infinity``. The calibrated logit spread ``z / T`` is therefore
-    bounded to ``[1e-4, 1e4]`` times the mean gap between each row's maximum
-    and mean logit, and a warning is raised when the optimum sits on a bound.
+    as ``T -> infinity``. ``T`` is therefore bounded relative to the logits'
+    own scales, and a warning is raised when the optimum sits on a bound:
+    ``T >= 1e-4 g`` with ``g`` the median gap between a row's top logit and
+    the next lower one, and ``T <= 1e4 s`` with ``s`` the larger of ``g`` and
+    the mean gap between a row's maximum and the mean of its finite logits.
+    For float32 logits ``T`` also stays below about ``2^28 g`` (``2^476 g``
+    for float64), beyond which the derivatives are not representable.
     Constant logits (the same value in every column) leave ``T = 1`` with a
     warning.
+
+    Masked classes, ``-inf`` logits, have probability exactly 0 at every
+    temperature and do not enter the bounds: adding a masked column changes
+    neither ``T`` nor the other columns' probabilities. A finite fill such as
+    ``-1e9`` or ``np.finfo(np.float32).min`` gives the same ``T`` whenever
+    its probability underflows to exactly 0 at the fitted temperature (it
+    only widens the upper bound of ``T``). A sample labelled with a masked
+    class has likelihood 0 at every temperature and raises a ``ValueError``.
+    Only the ratios of ``sample_weight`` matter: multiplying every weight by
+    a constant changes nothing.
 
     References
     ----------
@@ -105,9 +175,10 @@ class TemperatureScaling(BaseCalibrator):
     }
     _preserves_argmax = True
 
-    def __init__(self, *, device="auto", max_iter=100):
+    def __init__(self, *, device="auto", max_iter=100, classes=None):
         self.device = device
         self.max_iter = max_iter
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         from ._torch._temperature import fit_inverse_temperature
@@ -116,6 +187,10 @@ class TemperatureScaling(BaseCalibrator):
             *_torch_inputs(logits, y, sample_weight, self.device),
             max_iter=self.max_iter,
         )
+        self._store_temperature_fit(result)
+
+    def _store_temperature_fit(self, result):
+        """Set the fitted attributes from a solve (in memory or over chunks)."""
         self.n_iter_ = result.n_iter
         self.temperature_ = 1.0 / result.beta
         if result.status == "max_iter":
@@ -124,7 +199,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"Newton iterations (gradient {result.gradient:.3e}); increase "
                 "max_iter.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "at_upper_beta":
             warnings.warn(
@@ -133,7 +208,7 @@ class TemperatureScaling(BaseCalibrator):
                 f"{self.temperature_:.4g}; use a calibration set with errors for a "
                 "meaningful temperature.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "at_lower_beta":
             warnings.warn(
@@ -141,19 +216,25 @@ class TemperatureScaling(BaseCalibrator):
                 "ranking information about y. T was clamped to its upper bound "
                 f"{self.temperature_:.4g}.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "constant":
             warnings.warn(
                 "The logits are constant across classes in every row (or "
-                "spread by less than 1e-289); the temperature has no effect "
-                "and was left at T = 1.",
+                "spread by less than 1e-289, or every row has a single finite "
+                "logit); the temperature has no effect and was left at T = 1.",
                 UserWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
 
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        # T > 0 keeps the order of the logits; T <= 0 would reverse or erase it.
+        check_state_float(self, "temperature_", low=0.0, low_open=True)
+        check_state_int(self, "n_iter_")
+
     def _calibrated_logits(self, logits):
-        return scale_logits(logits, logits.dtype.type(1.0 / self.temperature_))
+        return scale_logits(logits, 1.0 / self.temperature_)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -161,7 +242,9 @@ class TemperatureScaling(BaseCalibrator):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(z / T)``; scriptable with ``torch.jit.script``.
+            ``log_softmax(z / T)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import TemperatureModule
@@ -190,40 +273,109 @@ class _AffineCalibrator(BaseCalibrator):
         "tol": [Interval(Real, 0, None, closed="left")],
     }
 
-    def _solve(self, features, y, sample_weight, kind, reg_lambda=0.0, reg_mu=0.0):
-        """Minimise the penalised NLL; store n_iter_ and return the solution."""
-        from ._torch._affine import fit_affine
+    # Shapes of coef_ and intercept_ for n classes (the subclasses' layouts).
+    def _state_shapes(self, n_classes):
+        return (n_classes,), (n_classes,)
 
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        coef_shape, intercept_shape = self._state_shapes(len(self.classes_))
+        check_state_array(self, "coef_", shape=coef_shape, finite=True)
+        check_state_array(self, "intercept_", shape=intercept_shape, finite=True)
+        check_state_int(self, "n_iter_")
+
+    def _solve(
+        self, features, y, sample_weight, kind, reg_lambda=0.0, reg_mu=0.0, mask=None
+    ):
+        """Minimise the penalised NLL; store n_iter_ and return the solution.
+
+        ``mask`` marks the masked (-inf) entries; ``features`` then holds
+        finite stand-ins there (see :func:`_mixing_inputs`).
+        """
+        from ._torch._affine import fit_affine
+        from ._torch._device import to_tensor
+
+        name = type(self).__name__
         if kind == "matrix":
             n_parameters = features.shape[1] * (features.shape[1] + 1)
             if n_parameters > _MAX_AFFINE_PARAMETERS:
                 gib = _SOLVER_COPIES * 8 * n_parameters / 2**30
                 raise ValueError(
-                    f"{type(self).__name__} with {features.shape[1]:,} classes has "
+                    f"{name} with {features.shape[1]:,} classes has "
                     f"{n_parameters:,} parameters (a full K x K matrix and K "
                     f"biases); the solver would need about {gib:.0f} GiB. The "
                     f"limit is {_MAX_AFFINE_PARAMETERS:,} parameters "
                     "(K <= 4095). Use VectorScaling or TemperatureScaling for "
                     "this many classes."
                 )
+        if mask is not None:
+            masked_true = mask[np.arange(len(y)), y] & (sample_weight > 0)
+            _check_true_class_unmasked(self.classes_, y, masked_true)
+        # Normalised weights: the fit cannot depend on their scale (the torch
+        # layer normalises their sum again, in float64).
+        sample_weight = sample_weight / sample_weight.max()
 
-        result = fit_affine(
-            *_torch_inputs(features, y, sample_weight, self.device),
-            kind=kind,
-            reg_lambda=reg_lambda,
-            reg_mu=reg_mu,
-            max_iter=self.max_iter,
-            tol=self.tol,
+        features_t, y_t, weights_t = _torch_inputs(
+            features, y, sample_weight, self.device
         )
-        self.n_iter_ = result.n_iter
+        try:
+            result = fit_affine(
+                features_t,
+                y_t,
+                weights_t,
+                kind=kind,
+                mask=None if mask is None else to_tensor(mask, features_t.device),
+                reg_lambda=reg_lambda,
+                reg_mu=reg_mu,
+                max_iter=self.max_iter,
+                tol=self.tol,
+            )
+        except FloatingPointError as exc:
+            finite = features[np.isfinite(features)]
+            top = float(np.abs(finite).max()) if finite.size else 0.0
+            raise ValueError(
+                f"{name} cannot fit these logits in float64 ({exc}): entries of "
+                f"magnitude up to {top:.3g} make the calibrated logits or their "
+                "derivatives overflow. If large negative values mark masked "
+                "classes (such as finfo.min or -1e30), pass -inf instead."
+            ) from None
+        self._check_affine_result(result, n_classes=features.shape[1])
+        return result
+
+    def _check_affine_result(self, result, n_classes):
+        """Store n_iter_ and warn when a solve (in memory or over chunks) fell short."""
         name = type(self).__name__
+        self.n_iter_ = result.n_iter
+        n_frozen = getattr(result, "n_absent", 0) + getattr(result, "n_separable", 0)
+        if n_frozen:
+            warnings.warn(
+                f"{name}: for {n_frozen:,} of the {n_classes:,} classes the "
+                "calibration data determine no finite scale and bias "
+                f"({result.n_absent:,} have no calibration sample, "
+                f"{result.n_separable:,} are separated from every other sample by "
+                "their own logit), so the likelihood keeps improving as their "
+                "parameters go to infinity. They keep the temperature-scaling "
+                f"map (scale 1/T = {result.start:.4g}, bias 0). More calibration "
+                "samples per class, or TemperatureScaling, avoid this.",
+                UserWarning,
+                stacklevel=4,
+            )
         if result.status == "max_iter":
+            detail = (
+                f"the largest gradient entry is {result.gradient:.3e} > "
+                f"tol={self.tol:g}"
+            )
+            if result.gradient <= self.tol and hasattr(result, "decrement"):
+                detail = (
+                    f"the largest gradient entry is {result.gradient:.3e} but a "
+                    "Newton step still predicts a decrease of the loss by "
+                    f"{result.decrement / 2:.3e}"
+                )
             warnings.warn(
                 f"{name} did not converge in max_iter={self.max_iter} "
-                f"{result.solver} iterations: the largest gradient entry is "
-                f"{result.gradient:.3e} > tol={self.tol:g}. Increase max_iter.",
+                f"{result.solver} iterations: {detail}. Increase max_iter.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
         elif result.status == "stalled" and result.gradient > self.tol:
             warnings.warn(
@@ -233,9 +385,8 @@ class _AffineCalibrator(BaseCalibrator):
                 "optimum may lie at infinity (for example a class that the "
                 "logits separate perfectly); consider a regularised method.",
                 ConvergenceWarning,
-                stacklevel=4,
+                stacklevel=5,
             )
-        return result
 
 
 class VectorScaling(_AffineCalibrator):
@@ -245,10 +396,11 @@ class VectorScaling(_AffineCalibrator):
     ``R^K`` (``*`` elementwise). ``(w, b)`` minimise the (weighted)
     negative log-likelihood on the calibration set, a convex problem solved
     to a tight gradient tolerance: by Newton's method when the Hessian is
-    cheap (up to a few hundred classes), otherwise by L-BFGS preconditioned
-    with the exact 2 x 2 Hessian block of each class. The solve starts from
-    the exact temperature-scaling solution ``w = 1 / T, b = 0``, which it
-    contains, so the calibration NLL is never above temperature scaling's.
+    cheap (up to 64 classes), otherwise by L-BFGS preconditioned with the
+    exact 2 x 2 Hessian block of each class, recomputed at every point. Each
+    pass over the logits costs ``O(N K)``. The solve starts from the exact
+    temperature-scaling solution ``w = 1 / T, b = 0``, which it contains, so
+    the calibration NLL is never above temperature scaling's.
 
     Unlike temperature scaling, a per-class scale and bias can change the
     argmax, so accuracy may change (usually by a fraction of a percent, in
@@ -266,9 +418,22 @@ class VectorScaling(_AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        mean weighted NLL is at most ``tol``. float32 logits are processed in
-        float32 until float32 rounding dominates and in float64 after that, so
-        any ``tol`` down to about ``1e-10`` is reachable.
+        mean weighted NLL is at most ``tol`` (with the Newton solver, also
+        when a Newton step predicts a decrease of the loss below ``tol / 100``).
+        float32 logits are processed in float32 until float32 rounding
+        dominates and in float64 after that, so any ``tol`` down to about
+        ``1e-10`` is reachable. Logits whose spread lies outside ``2**-32`` to
+        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
+        applies to that rescaled problem.
+
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
 
     Attributes
     ----------
@@ -276,7 +441,8 @@ class VectorScaling(_AffineCalibrator):
         The per-class scales ``w``.
     intercept_ : ndarray of shape (n_classes,)
         The per-class biases ``b``. Adding a constant to every bias changes
-        nothing; the solution returned has the biases summing to zero.
+        nothing; unless a class is kept at the temperature map (see Notes),
+        the solution returned has the biases summing to zero.
     n_iter_ : int
         Solver iterations.
     classes_ : ndarray of shape (n_classes,)
@@ -299,9 +465,31 @@ class VectorScaling(_AffineCalibrator):
     matter; this is then the same model as :class:`PlattScaling` without
     Platt's target smoothing.
 
-    With few calibration samples per class, vector scaling can overfit: a
-    class whose calibration samples its logit separates perfectly has no
-    finite optimum, and its scale grows until the gradient tolerance is met.
+    **Classes without a finite optimum.** The NLL has no minimiser in
+    ``(w_k, b_k)`` when class ``k`` has no calibration sample (its
+    probability should fall to 0) or when its own logit separates its
+    samples from every other sample (a threshold on ``z_k``; its scale should
+    grow for ever). Such classes, common when the calibration set has few
+    samples per class (language-model vocabularies), are found exactly and
+    kept at the temperature map ``w_k = 1 / T, b_k = 0``, with a
+    ``UserWarning`` that counts them; the other classes are fitted with
+    those held fixed. Classes that separate the samples only jointly are not
+    detected: their parameters grow until the gradient tolerance is met.
+
+    **Masked classes.** A logit of ``-inf`` marks a class the row does not
+    allow: its calibrated logit stays ``-inf`` (probability exactly 0,
+    whatever the sign of ``w_k``), in :meth:`predict_proba`,
+    :meth:`transform` and :meth:`to_torch`. A row may allow a single class
+    (which then gets probability 1), but never mask its true class (a
+    ``ValueError`` names the row). A column masked with ``-inf``, with a
+    finite sentinel such as ``-1e9`` or ``np.finfo(dtype).min``, in every row
+    of a class that is never the label gives the same fit of the other
+    classes as the data without that column (to rounding; exactly for
+    ``-inf``), and that class keeps the temperature map.
+
+    **Scale.** The fit does not depend on the scale of ``sample_weight``
+    (the weights are normalised), and logits ``c z`` give the map of ``z``
+    with ``coef_ / c``, from ``1e-300`` to ``1e300``.
 
     References
     ----------
@@ -323,19 +511,28 @@ class VectorScaling(_AffineCalibrator):
     accuracy 0.882 -> 0.882
     """
 
-    def __init__(self, *, device="auto", max_iter=1000, tol=1e-7):
+    def __init__(self, *, device="auto", max_iter=1000, tol=1e-7, classes=None):
         self.device = device
         self.max_iter = max_iter
         self.tol = tol
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
-        result = self._solve(logits, y, sample_weight, "vector")
+        mask = _mask_of(logits)
+        features = logits if mask is None else np.where(mask, 0, logits)
+        result = self._solve(features, y, sample_weight, "vector", mask=mask)
         self.coef_ = result.coef
         self.intercept_ = result.intercept
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
-        return logits * self.coef_.astype(dtype) + self.intercept_.astype(dtype)
+        mask = _mask_of(logits)
+        if mask is not None:
+            logits = np.where(mask, 0, logits)
+        out = logits * self.coef_.astype(dtype) + self.intercept_.astype(dtype)
+        if mask is not None:
+            out[mask] = -np.inf
+        return out
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -343,7 +540,9 @@ class VectorScaling(_AffineCalibrator):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(w * z + b)``; scriptable with ``torch.jit.script``.
+            ``log_softmax(w * z + b)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import VectorScalingModule
@@ -376,7 +575,7 @@ class MatrixScaling(_AffineCalibrator):
 
     The problem is convex. It is solved to a tight gradient tolerance, from
     the exact temperature-scaling solution ``W = I / T, b = 0``: by Newton's
-    method for small problems (up to about 20 classes), otherwise by L-BFGS
+    method for small problems (up to 10 classes), otherwise by L-BFGS
     preconditioned with the exact Hessian block of each class.
 
     The map can change the argmax, so accuracy may change (in either
@@ -407,7 +606,21 @@ class MatrixScaling(_AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        penalised objective is at most ``tol``.
+        penalised objective is at most ``tol`` and, with the Newton solver,
+        a Newton step predicts a decrease of the objective below
+        ``tol / 100``: in a flat valley the gradient can be tiny while the
+        optimum is still far. Logits whose spread lies outside ``2**-32`` to
+        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
+        applies to that rescaled problem.
+
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
 
     Attributes
     ----------
@@ -438,6 +651,31 @@ class MatrixScaling(_AffineCalibrator):
     is the optimum nearest to ``(I / T, 0)``. Without regularisation the
     optimum may not exist (the NLL can decrease for ever when the logits
     separate the classes); the solver then stops on the gradient tolerance.
+
+    **Masked classes.** A logit of ``-inf`` marks a class the row does not
+    allow. Its calibrated logit is ``-inf`` (probability exactly 0, in
+    :meth:`predict_proba`, :meth:`transform` and :meth:`to_torch`), and as an
+    input to the mixing it stands in as the lowest unmasked logit of its row:
+    a masked class counts as no more likely than the least likely class the
+    row allows, and adding a constant to a row still shifts every input alike.
+    A row may allow a single class (probability 1), but never mask its true
+    class (a ``ValueError`` names the row). A column masked with ``-inf`` in
+    every row is left out of the solve: the other classes get the fit of the
+    data without it when the penalty per entry does not depend on ``K``
+    (``"auto"`` or ``0``; an explicit ``reg_lambda`` is divided by the
+    ``K (K - 1)`` of ``X``), and the column keeps ``W_kk = 1 / T`` and zeros.
+    Finite sentinels (``-1e9``, ``np.finfo(dtype).min``) are numbers to this
+    map: they enter every class's logit through ``W`` and change the fit;
+    mask with ``-inf``.
+
+    **Scale.** The fit does not depend on the scale of ``sample_weight``
+    (the weights are normalised, so the penalty keeps its weight relative to
+    the mean NLL). The ODIR penalty is not scale-free: logits ``c z`` with
+    penalty ``lambda`` give exactly the map of ``z`` with penalty
+    ``lambda / c^2`` (``W`` divided by ``c``), so at ``c = 1e155`` the
+    penalty on ``W`` has no effect and at ``c = 1e-300`` it keeps ``W``
+    diagonal. Extreme logits are solved as this exact equivalent problem, on
+    logits brought near 1 by a power of two.
 
     The ``K (K + 1)`` parameters limit the number of classes: above 4095
     (``2**24`` parameters) :meth:`fit` raises a ``ValueError`` rather than
@@ -489,15 +727,20 @@ class MatrixScaling(_AffineCalibrator):
         device="auto",
         max_iter=1000,
         tol=1e-7,
+        classes=None,
     ):
         self.reg_lambda = reg_lambda
         self.reg_mu = reg_mu
         self.device = device
         self.max_iter = max_iter
         self.tol = tol
+        self.classes = classes
 
     def _features(self, logits):
         return logits
+
+    def _state_shapes(self, n_classes):
+        return (n_classes, n_classes), (n_classes,)
 
     def _fit(self, logits, y, sample_weight):
         n_classes = logits.shape[1]
@@ -506,21 +749,27 @@ class MatrixScaling(_AffineCalibrator):
             reg_lambda = _AUTO_LAMBDA * n_classes * (n_classes - 1)
         if reg_mu == "auto":
             reg_mu = _AUTO_MU * n_classes
+        mask = _mask_of(logits)
         result = self._solve(
-            self._features(logits),
+            _mixing_inputs(self._features(logits), mask),
             y,
             sample_weight,
             "matrix",
             reg_lambda=reg_lambda,
             reg_mu=reg_mu,
+            mask=mask,
         )
         self.coef_ = result.coef
         self.intercept_ = result.intercept
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
-        features = self._features(logits)
-        return features @ self.coef_.T.astype(dtype) + self.intercept_.astype(dtype)
+        mask = _mask_of(logits)
+        features = _mixing_inputs(self._features(logits), mask)
+        out = features @ self.coef_.T.astype(dtype) + self.intercept_.astype(dtype)
+        if mask is not None:
+            out[mask] = -np.inf
+        return out
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -528,7 +777,9 @@ class MatrixScaling(_AffineCalibrator):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(W z + b)``; scriptable with ``torch.jit.script``.
+            ``log_softmax(W z + b)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import MatrixScalingModule
@@ -586,6 +837,15 @@ class DirichletCalibration(MatrixScaling):
         The solve stops when the largest absolute entry of the gradient of the
         penalised objective is at most ``tol``.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     coef_ : ndarray of shape (n_classes, n_classes)
@@ -609,9 +869,19 @@ class DirichletCalibration(MatrixScaling):
     Notes
     -----
     ``X`` holds logits, as for every calibrator of this library. To calibrate
-    probabilities ``p``, pass ``np.log(p)`` (zeros clipped): the
-    log-probabilities are then ``log p`` itself. As for
+    probabilities ``p``, pass ``np.log(p)``: the log-probabilities are then
+    ``log p`` itself, and a probability of 0 is a masked class. As for
     :class:`MatrixScaling`, more than 4095 classes are refused.
+
+    **Masked classes.** A logit of ``-inf`` has log-probability ``-inf``. Its
+    calibrated logit is ``-inf`` (probability exactly 0), and as an input to
+    the mixing it stands in as the lowest finite log-probability of its row
+    (rather than ``0``, the log-probability of a certain class): the map
+    then is :class:`MatrixScaling` of the log-probabilities, masks included.
+    Finite sentinels enter the mixing as the numbers they are. See
+    :class:`MatrixScaling` for the column masked everywhere, the scale of the
+    weights and of the logits (with the log-probabilities in place of the
+    logits).
 
     References
     ----------
@@ -643,8 +913,9 @@ class DirichletCalibration(MatrixScaling):
         Returns
         -------
         module : torch.nn.Module
-            ``log_softmax(W log_softmax(z) + b)``; scriptable with
-            ``torch.jit.script``.
+            ``log_softmax(W log_softmax(z) + b)``;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import MatrixScalingModule
@@ -689,6 +960,15 @@ class PlattScaling(_AffineCalibrator):
         The solve stops when the largest absolute entry of the gradient of the
         mean weighted NLL is at most ``tol``.
 
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
+
     Attributes
     ----------
     coef_ : ndarray of shape (1,)
@@ -713,6 +993,25 @@ class PlattScaling(_AffineCalibrator):
     -----
     scikit-learn's sigmoid calibration parametrises the same map as
     ``1 / (1 + exp(A s + B))``, that is ``A = -a`` and ``B = -c``.
+
+    **Scale of the weights.** Platt's targets take the weighted counts
+    ``N_+`` and ``N_-`` as sample sizes, as scikit-learn does: multiplying
+    every weight by ``c`` changes the targets (and so the fit), from the
+    plain logistic fit as ``c -> infinity`` to ``t_+ = t_- = 1/2`` (a
+    constant probability 1/2) as ``c -> 0``. Only the counts depend on the
+    scale: the weighted likelihood itself is normalised, so with
+    ``smooth_targets=False`` the fit does not depend on the scale at all.
+
+    **Masked classes.** A score of ``-inf`` (a single score column, or
+    ``z_1 = -inf``) masks the positive class: probability 0, whatever the
+    sign of ``a``. ``z_0 = -inf`` masks the negative class: the positive one
+    gets probability 1. Such a row's probability is fixed, so it is left out
+    of the fit and of ``N_+``, ``N_-``, unless its label is the masked class
+    (a ``ValueError`` names the row). ``+inf`` is not a logit; mask the
+    negative class with two columns. Scores of any magnitude are fitted
+    (they are brought near 1 by an exact power of two); with
+    ``smooth_targets=False``, scores that separate the classes leave ``a``
+    at the temperature-scaling slope, with a warning.
 
     References
     ----------
@@ -740,11 +1039,20 @@ class PlattScaling(_AffineCalibrator):
         "smooth_targets": ["boolean"],
     }
 
-    def __init__(self, *, smooth_targets=True, device="auto", max_iter=1000, tol=1e-7):
+    def __init__(
+        self,
+        *,
+        smooth_targets=True,
+        device="auto",
+        max_iter=1000,
+        tol=1e-7,
+        classes=None,
+    ):
         self.smooth_targets = smooth_targets
         self.device = device
         self.max_iter = max_iter
         self.tol = tol
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         check_device(self.device)
@@ -756,15 +1064,34 @@ class PlattScaling(_AffineCalibrator):
                 "MatrixScaling or TemperatureScaling for multiclass logits."
             )
         score = logits[:, 1] - logits[:, 0]
+        fixed = ~np.isfinite(score)
+        if fixed.any():
+            # A masked class (score -inf: the positive one, +inf: the
+            # negative one) fixes the row's probability whatever (a, c): the
+            # row says nothing about the map and is left out of the fit (and
+            # of Platt's counts), unless its label is the masked class.
+            wrong = (np.isneginf(score) & (y == 1)) | (np.isposinf(score) & (y == 0))
+            wrong &= sample_weight > 0
+            _check_true_class_unmasked(self.classes_, y, wrong)
+            keep = ~fixed & (sample_weight > 0)
+            if not keep.any():
+                raise ValueError(
+                    "PlattScaling needs samples with a finite score: every row "
+                    "with a positive weight has a masked (-inf) class."
+                )
+            score, y, sample_weight = score[keep], y[keep], sample_weight[keep]
         features = np.column_stack([np.zeros_like(score), score])
         if self.smooth_targets:
             # Each sample becomes a positive row weighted by its target t and
             # a negative row weighted by 1 - t: the NLL against soft targets.
+            # The targets use the weighted counts as they are (scikit-learn's
+            # convention); the weights are normalised only afterwards.
             n_positive = float(sample_weight[y == 1].sum())
             n_negative = float(sample_weight[y == 0].sum())
             target = np.where(
                 y == 1, (n_positive + 1) / (n_positive + 2), 1 / (n_negative + 2)
             )
+            sample_weight = sample_weight / sample_weight.max()
             features = np.concatenate([features, features])
             y = np.concatenate([np.ones_like(y), np.zeros_like(y)])
             sample_weight = np.concatenate(
@@ -774,6 +1101,11 @@ class PlattScaling(_AffineCalibrator):
         self.coef_ = result.coef[1:].copy()
         self.intercept_ = result.intercept[1:] - result.intercept[:1]
 
+    def _state_shapes(self, n_classes):
+        if n_classes != 2:
+            fail_state(self, "classes_", f"must hold 2 classes, got {n_classes}")
+        return (1,), (1,)
+
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
         tags.classifier_tags.multi_class = False
@@ -782,8 +1114,16 @@ class PlattScaling(_AffineCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         score = logits[:, 1] - logits[:, 0]
+        # A masked class keeps probability 0: a score of -inf (positive class
+        # masked) or +inf (negative class masked) bypasses the map.
+        positive_masked = np.isneginf(score)
+        negative_masked = np.isposinf(score)
+        score = np.where(positive_masked | negative_masked, 0, score)
         positive = score * dtype.type(self.coef_[0]) + dtype.type(self.intercept_[0])
-        return np.column_stack([np.zeros_like(positive), positive])
+        out = np.column_stack([np.zeros_like(positive), positive])
+        out[negative_masked, 0] = -np.inf
+        out[positive_masked, 1] = -np.inf
+        return out
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -792,7 +1132,9 @@ class PlattScaling(_AffineCalibrator):
         -------
         module : torch.nn.Module
             ``log_softmax((0, a s + c))`` with ``s`` the score column or the
-            difference of the two logits; scriptable with ``torch.jit.script``.
+            difference of the two logits;
+            exportable with ``torch.export.export`` (a program per input
+            dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import PlattModule

@@ -4,9 +4,16 @@ import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, StrOptions, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_float,
+    check_state_int,
+    check_state_list,
+)
 from .utils._math import scale_logits
 from .utils._validation import check_device
 
@@ -19,9 +26,44 @@ MARGIN_STD_FLOOR = 1e-8
 
 
 def logit_margins(logits):
-    """Largest minus second-largest logit of every row, in float64."""
+    """Largest minus second-largest logit of every row, in float64.
+
+    ``inf`` for a row with a single finite logit (every other class masked
+    with ``-inf``), and where the gap exceeds float64's range.
+    """
     top2 = np.partition(logits, -2, axis=1)[:, -2:]
-    return top2[:, 1].astype(np.float64) - top2[:, 0].astype(np.float64)
+    with np.errstate(over="ignore"):
+        return top2[:, 1].astype(np.float64) - top2[:, 0].astype(np.float64)
+
+
+def margin_statistics(margins, weights):
+    """Weighted mean and population standard deviation of finite margins.
+
+    ``weights`` sum to 1 over the rows given; the mean is then a convex
+    combination and cannot overflow, and the deviations are scaled by their
+    largest before squaring, so that margins up to float64's range keep a
+    finite standard deviation (floored at ``MARGIN_STD_FLOOR``).
+    """
+    mean = float(np.dot(weights, margins))
+    deviation = margins - mean
+    largest = float(np.max(np.abs(deviation))) if deviation.size else 0.0
+    if not largest > 0:
+        return mean, MARGIN_STD_FLOOR
+    std = largest * float(np.dot(weights, (deviation / largest) ** 2)) ** 0.5
+    return mean, max(std, MARGIN_STD_FLOOR)
+
+
+def _standardise(margins, mean, std):
+    """Standardised margins; 0 (the mean margin) where the margin is infinite.
+
+    A row with a single finite logit has a one-hot softmax at every
+    temperature, so its temperature has no effect; it is given the
+    temperature of the mean margin rather than the network's limit at an
+    infinite input (which may be infinite itself).
+    """
+    with np.errstate(invalid="ignore", over="ignore"):
+        standardised = (margins - mean) / std
+    return np.where(np.isfinite(standardised), standardised, 0.0)
 
 
 def _check_hidden_sizes(hidden_sizes):
@@ -103,6 +145,15 @@ class SMART(BaseCalibrator):
         ``nn.Linear(16, 1)`` would. The same seed gives the same result on the
         same CPU; different seeds differ by about 0.1 point of test ECE on
         CIFAR (see the user guide).
+
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (for a single score
+        column: the negative, then the positive class). Set it when the
+        calibration labels may lack a class or are not 0-based indices, for
+        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
+        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
+        where the match of labels to columns is ambiguous (the rule is in
+        :class:`~sklearn_calib.BaseCalibrator`).
 
     Attributes
     ----------
@@ -195,6 +246,7 @@ class SMART(BaseCalibrator):
         tol=1e-4,
         device="auto",
         random_state=None,
+        classes=None,
     ):
         self.hidden_sizes = hidden_sizes
         self.loss = loss
@@ -208,6 +260,7 @@ class SMART(BaseCalibrator):
         self.tol = tol
         self.device = device
         self.random_state = random_state
+        self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
         from ._torch._device import resolve_device, to_tensor
@@ -220,33 +273,53 @@ class SMART(BaseCalibrator):
 
         hidden_sizes = _check_hidden_sizes(self.hidden_sizes)
         torch_device = resolve_device(check_device(self.device))
-        # Zero-weight rows change no sum: leaving them out is exact.
+        # Zero-weight rows change no sum: leaving them out is exact. Only the
+        # ratios of the weights matter: dividing by the largest keeps every
+        # sum below finite (weights of 1e305) and away from subnormals (1e-310).
         keep = sample_weight > 0
         if not keep.all():
             logits, y, sample_weight = logits[keep], y[keep], sample_weight[keep]
-        effective = sample_weight.sum() ** 2 / np.sum(sample_weight**2)
-        if effective < MIN_RELIABLE_SAMPLES:
-            warnings.warn(
-                f"SMART was fitted on {effective:.0f} (effective) calibration "
-                f"samples; below {MIN_RELIABLE_SAMPLES} its per-margin "
-                "temperatures are too noisy to be reliable, and "
-                "TemperatureScaling is usually as good or better.",
-                UserWarning,
-                stacklevel=4,
-            )
+        sample_weight = sample_weight / sample_weight.max()
+        self._warn_effective_samples(
+            sample_weight.sum() ** 2 / np.sum(sample_weight**2)
+        )
 
         margins = logit_margins(logits)
-        total = sample_weight.sum()
-        mean = float(np.dot(sample_weight, margins) / total)
-        variance = float(np.dot(sample_weight, (margins - mean) ** 2) / total)
-        self.margin_mean_ = mean
-        self.margin_std_ = max(variance**0.5, MARGIN_STD_FLOOR)
-
         rows = np.arange(logits.shape[0])
         top = logits.argmax(axis=1)
+        runner_up_masked = np.isneginf(np.partition(logits, -2, axis=1)[:, -2])
+        overflow = ~np.isfinite(margins) & ~runner_up_masked
+        if overflow.any():
+            row = int(np.flatnonzero(overflow)[0])
+            raise ValueError(
+                "The gap between the two largest logits overflows float64 in "
+                f"row {row} ({logits[row].max():.3g} and below): SMART's "
+                "temperatures apply to the raw logits and need their margins "
+                "to be finite. Rescale the logits (SMART is not scale "
+                "invariant), or use TemperatureScaling."
+            )
+        true_logit = logits[rows, y]
+        if self.loss == "nll" and np.isneginf(true_logit).any():
+            row = int(np.flatnonzero(np.isneginf(true_logit))[0])
+            raise ValueError(
+                f"Sample {row} is labelled with a class whose logit is -inf "
+                "(masked): its probability is 0 at every temperature, so the "
+                "'nll' loss is infinite. Unmask the class, drop the sample, or "
+                "use a calibration-error loss."
+            )
+        # A row with a single finite logit is one-hot at every temperature:
+        # its margin (infinite) does not enter the standardisation.
+        finite = np.isfinite(margins)
+        share = sample_weight[finite] / sample_weight[finite].sum()
+        self.margin_mean_, self.margin_std_ = (
+            margin_statistics(margins[finite], share) if finite.any() else (0.0, 1.0)
+        )
+
         correct = (top == y).astype(np.float64)
-        true_gap = logits[rows, y].astype(np.float64) - logits[rows, top]
-        standardised = (margins - self.margin_mean_) / self.margin_std_
+        with np.errstate(over="ignore", invalid="ignore"):
+            true_gap = true_logit.astype(np.float64) - logits[rows, top]
+        true_gap = np.maximum(true_gap, np.finfo(np.float64).min)  # -inf: masked
+        standardised = _standardise(margins, self.margin_mean_, self.margin_std_)
 
         def tensor(array):
             return to_tensor(array, torch_device)
@@ -280,15 +353,64 @@ class SMART(BaseCalibrator):
         self.loss_curve_ = result.loss_curve
         self.best_loss_ = result.best_loss
         self.n_iter_ = result.n_iter
+        if result.first_non_finite is not None:
+            warnings.warn(
+                f"SMART's training loss became NaN or infinite at step "
+                f"{result.first_non_finite} of {result.n_iter}; training could not "
+                f"continue past it, and the parameters of step {result.best_iter} "
+                f"(the lowest finite loss, {result.best_loss:.4g}) were kept.",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        check_state_float(self, "margin_mean_")
+        check_state_float(self, "margin_std_", low=MARGIN_STD_FLOOR)
+        # The network maps 1 standardised margin through the hidden layers to
+        # 1 raw temperature (sizes as in fit, computed here without torch).
+        sizes = (1, *_check_hidden_sizes(self.hidden_sizes), 1)
+        coefs = check_state_list(self, "coefs_", length=len(sizes) - 1)
+        intercepts = check_state_list(self, "intercepts_", length=len(sizes) - 1)
+        for i, (coef, intercept) in enumerate(zip(coefs, intercepts, strict=True)):
+            check_state_array(
+                self,
+                f"coefs_[{i}]",
+                value=coef,
+                shape=(sizes[i], sizes[i + 1]),
+                finite=True,
+            )
+            check_state_array(
+                self,
+                f"intercepts_[{i}]",
+                value=intercept,
+                shape=(sizes[i + 1],),
+                finite=True,
+            )
+        check_state_int(self, "n_iter_")
+
+    def _warn_effective_samples(self, effective):
+        """Warn below MIN_RELIABLE_SAMPLES (effective) calibration samples."""
+        if effective < MIN_RELIABLE_SAMPLES:
+            warnings.warn(
+                f"SMART was fitted on {effective:.0f} (effective) calibration "
+                f"samples; below {MIN_RELIABLE_SAMPLES} its per-margin "
+                "temperatures are too noisy to be reliable, and "
+                "TemperatureScaling is usually as good or better.",
+                UserWarning,
+                stacklevel=5,
+            )
 
     def _temperatures(self, logits):
         from ._torch._smart import temperature_numpy
 
-        standardised = (logit_margins(logits) - self.margin_mean_) / self.margin_std_
+        standardised = _standardise(
+            logit_margins(logits), self.margin_mean_, self.margin_std_
+        )
         return temperature_numpy(standardised, self.coefs_, self.intercepts_)
 
     def _calibrated_logits(self, logits):
-        inverse = (1.0 / self._temperatures(logits)).astype(logits.dtype)
+        inverse = 1.0 / self._temperatures(logits)
         return scale_logits(logits, inverse[:, None])
 
     def predict_temperature(self, X):
@@ -314,8 +436,10 @@ class SMART(BaseCalibrator):
         -------
         module : torch.nn.Module
             ``log_softmax(z / T(m))`` on the last dimension, with the fitted
-            margin statistics and network in float64 buffers and parameters;
-            scriptable with ``torch.jit.script``.
+            margin statistics and network weights in float64 buffers (frozen:
+            the module has no parameters, so training a model that contains
+            it never changes it); exportable with ``torch.export.export`` (a
+            program per input dtype; see the user guide).
         """
         check_is_fitted(self)
         from ._torch._modules import SmartModule

@@ -5,7 +5,13 @@ from abc import abstractmethod
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 
+from ._chunks import as_chunk_source, is_dask_array, is_out_of_core, map_dask_method
 from .utils._compat import _fit_context, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_classes,
+    check_state_int,
+)
 from .utils._math import log_softmax, row_chunks, softmax
 from .utils._validation import (
     check_logits,
@@ -34,6 +40,34 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
     The mixins live on this base (rather than on each subclass) so that
     scikit-learn's ``set_output`` wraps the shared :meth:`transform`.
 
+    **Which class each logit column stands for.** Every calibrator takes a
+    ``classes`` parameter: the label of each logit column, in column order
+    (two labels, negative then positive, for a single score column). With it,
+    ``classes_`` is ``classes`` and ``y`` may hold any subset of it, a single
+    class included. With ``classes=None`` the classes are inferred from ``y``
+    by this rule, with ``U`` the distinct labels of ``y`` and ``K`` the number
+    of classes (the number of columns, 2 for a single score column):
+
+    1. integer labels whose smallest value is 0 and that all lie in
+       ``range(K)`` are the column indices themselves, whether or not every
+       index occurs: ``classes_ = arange(K)``;
+    2. otherwise, when ``U`` has exactly ``K`` labels (of any type, strings
+       too), ``classes_`` is ``U`` sorted and column ``j`` belongs to its
+       ``j``-th label (scikit-learn's order);
+    3. anything else raises a ``ValueError`` asking for ``classes=`` rather
+       than guessing: for example 1-based labels ``1..4`` whose calibration
+       set lacks label 4 (three labels for four columns, which could as well
+       be 0-based labels lacking 0), or string labels of which one is absent.
+
+    Without ``classes``, ``y`` must also hold at least two classes.
+
+    **Fitted state on loading.** Unpickling (pickle, joblib) and
+    ``skops.io.load`` restore the state through ``__setstate__``, which checks
+    it with ``_check_fitted_state``: a file whose fitted attributes were
+    edited into values that no fit produces (a negative temperature, NaN
+    weights, shapes that disagree with ``n_features_in_`` or ``classes_``) is
+    refused with a ``ValueError`` naming the attribute.
+
     Subclasses implement:
 
     - ``_fit(self, logits, y, sample_weight)``: ``logits`` is a float array
@@ -42,9 +76,15 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
       ``sample_weight`` is a float64 array with a positive sum.
     - ``_calibrated_logits(self, logits)``: calibrated logits (or
       log-probabilities) for a validated block of rows.
+    - ``_check_fitted_state(self)`` (extending the base's): raise a
+      ``ValueError`` naming the fitted attribute that is missing, not finite,
+      out of range or of the wrong shape.
+
+    Every subclass takes ``classes=None`` in its constructor and stores it as
+    ``self.classes``.
     """
 
-    _parameter_constraints: dict = {}
+    _parameter_constraints: dict = {"classes": ["array-like", None]}
 
     @_fit_context(prefer_skip_nested_validation=True)
     def fit(self, X, y, sample_weight=None):
@@ -55,10 +95,16 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
             Logits of the model to calibrate, one column per class, or one
             score column for a binary problem. numpy arrays, lists, pandas
-            DataFrames and torch tensors (on any device) are accepted.
+            DataFrames and torch tensors (on any device) are accepted. A dask
+            array, a zarr array or a ``numpy.memmap`` is read chunk by chunk
+            in bounded memory by the calibrators that support it (see
+            :meth:`fit_chunks`); the others read it into memory.
         y : array-like of shape (n_samples,)
-            True labels. Any labels scikit-learn accepts (strings too); the
-            i-th logit column belongs to the i-th sorted class.
+            True labels. Any labels scikit-learn accepts (strings too). With
+            ``classes`` set, every label must be one of ``classes``;
+            otherwise they are matched to the columns by the rule of
+            :class:`BaseCalibrator` and a ``ValueError`` asks for
+            ``classes=`` where that is ambiguous.
         sample_weight : array-like of shape (n_samples,), default=None
             Non-negative weights; ``None`` weighs every sample equally.
 
@@ -67,11 +113,55 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         self : object
             The fitted calibrator.
         """
+        if is_out_of_core(X):
+            # Data on disk or in a dask graph: the chunked fit, for the methods
+            # that have one (the others read the array into memory, as before).
+            from ._chunked_fit import chunked_fitter, fit_source
+
+            if chunked_fitter(self) is not None:
+                return fit_source(self, as_chunk_source(X, y, sample_weight))
         X, y = check_logits_and_labels(self, X, y)
         sample_weight = check_sample_weight(sample_weight, X)
-        self.classes_, y_encoded = resolve_classes(y, X.shape[1])
+        classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
         self._fit(expand_binary_scores(X), y_encoded, sample_weight)
+        # Set last: a fit that raises leaves no classes_ (and so no state
+        # that looks fitted but is incomplete).
+        self.classes_ = classes
         return self
+
+    @_fit_context(prefer_skip_nested_validation=True)
+    def fit_chunks(self, chunks):
+        """Fit the calibrator on data given in chunks, in bounded memory.
+
+        The data is read a few times, one chunk at a time (or as a dask graph,
+        chunks in parallel), and never held in memory as a whole.
+        TemperatureScaling, VectorScaling and PlattScaling reach the same
+        solution as :meth:`fit` on the concatenated data (the same tolerance),
+        HistogramBinning the same bins; SMART trains by mini-batches, one Adam
+        step per chunk. Other calibrators raise a ``TypeError``.
+
+        Parameters
+        ----------
+        chunks : iterable or callable
+            ``(X, y)`` or ``(X, y, sample_weight)`` tuples of numpy-compatible
+            arrays, as a re-iterable (a list, the result of
+            :func:`sklearn_calib.chunked.open_chunks`) or a callable returning
+            a new iterator at each call; a one-shot generator cannot be read
+            several times and is refused. Chunks may differ in size; empty
+            ones are skipped.
+
+        Returns
+        -------
+        self : object
+            The fitted calibrator.
+
+        See Also
+        --------
+        fit : Also accepts dask, zarr and memmap arrays directly.
+        """
+        from ._chunked_fit import fit_source
+
+        return fit_source(self, as_chunk_source(chunks))
 
     @abstractmethod
     def _fit(self, logits, y, sample_weight):
@@ -80,6 +170,41 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
     @abstractmethod
     def _calibrated_logits(self, logits):
         """Calibrated logits (or log-probabilities) of validated logits."""
+
+    def _check_fitted_state(self):
+        """Raise a ValueError if the fitted state is not one a fit produces.
+
+        The base checks what every calibrator shares: ``classes_`` (1-D,
+        distinct, at least 2) and ``n_features_in_`` (1 for a binary score
+        column, else the number of classes). Subclasses extend it with their
+        own attributes; see :mod:`sklearn_calib.utils._fitted_state`.
+        """
+        # The constructor parameters travel in the same file.
+        self._validate_params()
+        n_classes = check_state_classes(self)
+        n_features = check_state_int(self, "n_features_in_", low=1)
+        if n_features != n_classes and not (n_features == 1 and n_classes == 2):
+            raise ValueError(
+                f"Fitted attribute n_features_in_ of {type(self).__name__} is "
+                f"{n_features} but classes_ has {n_classes} classes; they must "
+                "agree (1 score column for 2 classes, else one column per class)."
+            )
+        if hasattr(self, "feature_names_in_"):
+            names = check_state_array(self, "feature_names_in_", ndim=1)
+            if names.shape[0] != n_features:
+                raise ValueError(
+                    f"Fitted attribute feature_names_in_ of {type(self).__name__} "
+                    f"has {names.shape[0]} names for n_features_in_={n_features}."
+                )
+
+    def __setstate__(self, state):
+        # Files of an earlier version have no classes parameter.
+        state.setdefault("classes", None)
+        super().__setstate__(state)
+        # Only a fitted state is checked: an unfitted estimator has no
+        # classes_ (fit sets it last).
+        if "classes_" in state:
+            self._check_fitted_state()
 
     def _check_fitted_input(self, X):
         """Validate logits at prediction time and expand a binary score column."""
@@ -112,8 +237,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         -------
         proba : ndarray of shape (n_samples, n_classes)
             Rows on the probability simplex, columns ordered as ``classes_``.
-            float32 logits give float32 probabilities.
+            float32 logits give float32 probabilities. A dask array ``X``
+            gives a dask array, computed block by block when asked.
         """
+        if is_dask_array(X):
+            return map_dask_method(self, X, "predict_proba")
         return self._map_rows(X, lambda block: softmax(block, out=block))
 
     def transform(self, X):
@@ -127,8 +255,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         log_proba : ndarray of shape (n_samples, n_classes)
-            ``log(predict_proba(X))``, computed stably.
+            ``log(predict_proba(X))``, computed stably (a dask array for a
+            dask array ``X``).
         """
+        if is_dask_array(X):
+            return map_dask_method(self, X, "transform")
         return self._map_rows(X, lambda block: log_softmax(block, out=block))
 
     def predict_log_proba(self, X):
@@ -146,8 +277,10 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         Returns
         -------
         y_pred : ndarray of shape (n_samples,)
-            Labels from ``classes_``.
+            Labels from ``classes_`` (a dask array for a dask array ``X``).
         """
+        if is_dask_array(X):
+            return map_dask_method(self, X, "predict")
         logits = self._check_fitted_input(X)
         codes = np.empty(logits.shape[0], dtype=np.intp)
         for rows in row_chunks(*logits.shape):

@@ -1,7 +1,7 @@
-"""Reliability diagrams in scikit-learn's Display API.
+"""Reliability diagrams and risk-coverage curves in scikit-learn's Display API.
 
-matplotlib is imported inside :meth:`ReliabilityDisplay.plot` only, so
-importing this module (or the package) does not load it.
+matplotlib is imported inside the ``plot`` methods only, so importing this
+module (or the package) does not load it.
 """
 
 import warnings
@@ -15,6 +15,8 @@ from .metrics._calibration import (
     _ece_values,
     curve_from_statistics,
 )
+from .metrics._selective import _statistics as _risk_coverage_statistics
+from .metrics._selective import aurc_from_statistics
 from .utils._compat import check_is_fitted
 from .utils._validation import check_metric_inputs
 
@@ -439,6 +441,241 @@ class ReliabilityDisplay:
             raise TypeError(
                 f"{type(estimator).__name__} has no predict_proba; a reliability "
                 "diagram needs predicted probabilities."
+            )
+        kwargs.setdefault("labels", getattr(estimator, "classes_", None))
+        return cls.from_predictions(
+            y,
+            estimator.predict_proba(X),
+            name=type(estimator).__name__ if name is None else name,
+            **kwargs,
+        )
+
+
+class RiskCoverageDisplay:
+    """Risk-coverage curve of selective prediction.
+
+    A selective classifier abstains when its confidence is below a
+    threshold. The curve shows, for every threshold, the fraction of samples
+    accepted (coverage) against the error rate among them (selective risk),
+    from the most confident sample alone to every sample (risk = error
+    rate). A lower curve is better; its area is the AURC. Optionally the
+    curve of the ideal confidence (every correct prediction first) is drawn
+    as a reference. Several calibrators are compared on the same axes.
+
+    Create it with :meth:`from_estimator` or :meth:`from_predictions`; the
+    constructor only stores precomputed values.
+
+    Parameters
+    ----------
+    coverage : ndarray of shape (n_points,)
+        Fraction of samples accepted at each threshold, increasing.
+    risk : ndarray of shape (n_points,)
+        Selective risk at each threshold.
+    aurc : float, default=None
+        Area under the curve, shown in the legend.
+    ideal_coverage, ideal_risk : ndarray, default=None
+        The curve of the ideal confidence at the same accuracy.
+    estimator_name : str, default=None
+        Name shown in the legend.
+
+    Attributes
+    ----------
+    line_ : matplotlib Line2D
+        The risk-coverage curve.
+    ideal_line_ : matplotlib Line2D or None
+        The ideal curve, when drawn.
+    ax_ : matplotlib Axes
+        Axes of the plot.
+    figure_ : matplotlib Figure
+        Figure holding the axes.
+
+    See Also
+    --------
+    sklearn_calib.selective.risk_coverage_curve : The values plotted.
+    sklearn_calib.selective.aurc : The area under the curve.
+
+    References
+    ----------
+    .. [1] Y. Geifman and R. El-Yaniv, "Selective Classification for Deep
+       Neural Networks", NeurIPS 2017.
+
+    Examples
+    --------
+    >>> import matplotlib
+    >>> matplotlib.use("Agg")
+    >>> import numpy as np
+    >>> from sklearn_calib import TemperatureScaling
+    >>> from sklearn_calib.display import RiskCoverageDisplay
+    >>> from sklearn_calib.utils._testing import make_logits
+    >>> logits, y = make_logits(n_samples=2000, n_classes=4, seed=0)
+    >>> proba = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    >>> raw = RiskCoverageDisplay.from_predictions(y, proba, name="raw")
+    >>> ts = TemperatureScaling(device="cpu").fit(logits, y)
+    >>> disp = RiskCoverageDisplay.from_estimator(ts, logits, y, ax=raw.ax_,
+    ...                                           name="TS", ideal=False)
+    >>> len(disp.ax_.get_lines())   # raw, its ideal curve, TS
+    3
+    """
+
+    def __init__(
+        self,
+        *,
+        coverage,
+        risk,
+        aurc=None,
+        ideal_coverage=None,
+        ideal_risk=None,
+        estimator_name=None,
+    ):
+        self.coverage = coverage
+        self.risk = risk
+        self.aurc = aurc
+        self.ideal_coverage = ideal_coverage
+        self.ideal_risk = ideal_risk
+        self.estimator_name = estimator_name
+
+    def plot(self, ax=None, *, name=None, ideal=True, **kwargs):
+        """Draw the curve.
+
+        Parameters
+        ----------
+        ax : matplotlib Axes, default=None
+            Axes to draw on; None creates a figure. Pass the ``ax_`` of
+            another display to compare models.
+        name : str, default=None
+            Legend name; defaults to ``estimator_name``.
+        ideal : bool, default=True
+            Also draw the ideal curve (dotted, in the same colour), when it
+            was computed.
+        **kwargs : dict
+            Passed to ``matplotlib.axes.Axes.plot`` for the curve.
+
+        Returns
+        -------
+        display : RiskCoverageDisplay
+            This object, with the artists stored as attributes.
+        """
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(5, 4))
+        name = self.estimator_name if name is None else name
+        parts = [str(name)] if name is not None else []
+        if self.aurc is not None:
+            parts.append(f"AURC {self.aurc:.4f}")
+        (self.line_,) = ax.plot(
+            self.coverage, self.risk, label=", ".join(parts) or None, **kwargs
+        )
+        self.ideal_line_ = None
+        if ideal and self.ideal_coverage is not None:
+            (self.ideal_line_,) = ax.plot(
+                self.ideal_coverage,
+                self.ideal_risk,
+                linestyle=":",
+                color=self.line_.get_color(),
+                label=f"{name}, ideal" if name is not None else "ideal",
+            )
+        ax.set(xlabel="Coverage", ylabel="Selective risk (error rate)", xlim=(0, 1))
+        ax.set_ylim(bottom=0)
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(loc="upper left")
+        self.ax_ = ax
+        self.figure_ = ax.figure
+        return self
+
+    @classmethod
+    def from_predictions(
+        cls,
+        y_true,
+        y_prob,
+        *,
+        confidence=None,
+        sample_weight=None,
+        labels=None,
+        name=None,
+        ax=None,
+        ideal=True,
+        **kwargs,
+    ):
+        """Risk-coverage curve of predicted probabilities.
+
+        Parameters
+        ----------
+        y_true : array-like of shape (n_samples,)
+            True labels.
+        y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+            Predicted probabilities; the prediction is the most probable
+            column.
+        confidence : array-like of shape (n_samples,), default=None
+            Score by which samples are accepted; None uses the probability
+            of the predicted class.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative frequency weights.
+        labels : array-like of shape (n_classes,), default=None
+            The class of each column of ``y_prob``.
+        name : str, default=None
+            Legend name.
+        ax, ideal, **kwargs
+            Passed to :meth:`plot`.
+
+        Returns
+        -------
+        display : RiskCoverageDisplay
+        """
+        stats = _risk_coverage_statistics(
+            y_true, y_prob, confidence, sample_weight, labels
+        )
+        area, _ = aurc_from_statistics(stats)
+        errors = float(stats.cum_loss[-1])
+        right = stats.total - errors
+        # The ideal curve: the correct predictions first (risk 0), then the
+        # errors, whose risk climbs to the error rate.
+        steps = np.linspace(0.0, 1.0, 101)[1:]
+        first = min(float(stats.cum_mass[0]), right)
+        accepted = np.concatenate(
+            [
+                [first, right] if right > 0 else [],
+                right + errors * steps if errors > 0 else [],
+            ]
+        )
+        ideal_risk = np.maximum(accepted - right, 0.0) / accepted
+        display = cls(
+            coverage=stats.cum_mass / stats.total,
+            risk=stats.cum_loss / stats.cum_mass,
+            aurc=area,
+            ideal_coverage=accepted / stats.total,
+            ideal_risk=ideal_risk,
+            estimator_name=name,
+        )
+        return display.plot(ax=ax, ideal=ideal, **kwargs)
+
+    @classmethod
+    def from_estimator(cls, estimator, X, y, *, name=None, **kwargs):
+        """Risk-coverage curve of a fitted classifier's ``predict_proba`` on ``X``.
+
+        Parameters
+        ----------
+        estimator : fitted classifier
+            Any classifier with ``predict_proba`` and ``classes_`` (a
+            calibrator of this library, a conformal classifier, ...).
+        X : array-like
+            Its input (logits for a calibrator).
+        y : array-like of shape (n_samples,)
+            True labels.
+        name : str, default=None
+            Legend name; defaults to the estimator's class name.
+        **kwargs : dict
+            Passed to :meth:`from_predictions`.
+
+        Returns
+        -------
+        display : RiskCoverageDisplay
+        """
+        check_is_fitted(estimator)
+        if not hasattr(estimator, "predict_proba"):
+            raise TypeError(
+                f"{type(estimator).__name__} has no predict_proba; a risk-coverage "
+                "curve needs predicted probabilities."
             )
         kwargs.setdefault("labels", getattr(estimator, "classes_", None))
         return cls.from_predictions(

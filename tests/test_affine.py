@@ -27,7 +27,7 @@ from sklearn_calib import (
 )
 from sklearn_calib.utils._testing import make_logits
 
-from .conftest import PUBLIC_SETS, load_shared
+from .conftest import PUBLIC_SETS, load_shared, torch_jit_script
 
 AFFINE = [VectorScaling, MatrixScaling, DirichletCalibration]
 
@@ -316,7 +316,7 @@ def test_to_torch_matches_transform_and_scripts(estimator_class, n_columns):
     if n_columns == 1:
         logits = (logits[:, 1] - logits[:, 0])[:, None]
     estimator = estimator_class(device="cpu").fit(logits, y)
-    module = torch.jit.script(estimator.to_torch())
+    module = torch_jit_script(estimator.to_torch())
     for dtype in (np.float64, np.float32):
         expected = estimator.transform(logits.astype(dtype))
         out = module(torch.from_numpy(logits.astype(dtype)))

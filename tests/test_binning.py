@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
-from scipy.special import softmax
+from scipy.special import logsumexp, softmax
 from sklearn.calibration import calibration_curve
 from sklearn.isotonic import IsotonicRegression
 
 from sklearn_calib import HistogramBinning, IsotonicCalibration
+from sklearn_calib._binning import softmax_log_odds
 from sklearn_calib.metrics import expected_calibration_error
 from sklearn_calib.utils._testing import make_logits
 
@@ -18,12 +19,12 @@ def test_isotonic_ovr_matches_sklearn_isotonic_regression():
     weights = np.random.default_rng(0).uniform(0.5, 2.0, size=len(y))
     iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
     X_new, _ = make_logits(n_samples=300, n_classes=4, seed=4)
-    proba_new = softmax(X_new, axis=1)
+    # The maps regress on the log-odds of the probabilities (scipy's here).
     expected = np.column_stack(
         [
             IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")
-            .fit(softmax(X, axis=1)[:, k], y == k, sample_weight=weights)
-            .predict(proba_new[:, k])
+            .fit(log_odds(X)[:, k], y == k, sample_weight=weights)
+            .predict(log_odds(X_new)[:, k])
             for k in range(4)
         ]
     )
@@ -32,6 +33,87 @@ def test_isotonic_ovr_matches_sklearn_isotonic_regression():
     np.testing.assert_allclose(
         iso.predict_proba(X_new), expected, rtol=1e-10, atol=1e-12
     )
+
+
+def log_odds(X):
+    """``log(p_k / (1 - p_k))`` of softmax(X) by scipy: z_k - logsumexp(others)."""
+    return np.column_stack(
+        [
+            X[:, k] - logsumexp(np.delete(X, k, axis=1), axis=1)
+            for k in range(X.shape[1])
+        ]
+    )
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1e4, 1e150])
+def test_log_odds_match_scipy(scale):
+    X, _ = make_logits(n_samples=500, n_classes=5, seed=8)
+    X = X * scale
+    reference = log_odds(X)
+    got = softmax_log_odds(X)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-12)
+    # The binary score column s: the log-odds of the logits (0, s) are (-s, s).
+    s = X[:, :1]
+    np.testing.assert_allclose(
+        softmax_log_odds(np.hstack([np.zeros_like(s), s])),
+        np.hstack([-s, s]),
+        rtol=1e-15,
+    )
+
+
+def test_isotonic_keeps_the_ranking_of_saturated_scores():
+    # Above a score of ~36.7, float64 probabilities are all 1.0: a fit on them
+    # pools these samples into one value (0.5 each here).
+    s = np.array([38.0, 39.0, 40.0, 41.0])
+    y = np.array([0, 0, 1, 1])
+    assert len(np.unique(1 / (1 + np.exp(-s)))) == 1
+    reference = IsotonicRegression(out_of_bounds="clip").fit(s, y)
+    fitted = IsotonicCalibration().fit(s[:, None], y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(s[:, None])[:, 1], [0, 0, 1, 1], atol=1e-11
+    )
+    s_new = np.array([37.0, 38.5, 39.25, 40.5, 45.0])
+    np.testing.assert_allclose(
+        fitted.predict_proba(s_new[:, None])[:, 1],
+        reference.predict(s_new),
+        atol=1e-11,
+    )
+    top = IsotonicCalibration(mode="top_label").fit(s[:, None], y)
+    # Top label: all predict class 1, correct for the two largest scores.
+    np.testing.assert_allclose(
+        top.predict_proba(s[:, None])[:, 1], [0, 0, 1, 1], atol=1e-11
+    )
+
+
+def test_calibrated_perceptron_matches_sklearn_isotonic():
+    # The example of issue 11: a Perceptron on features scaled by 10 has
+    # decision values in the thousands, far beyond saturation; scikit-learn's
+    # isotonic calibration regresses on them directly, and so does this one.
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import Perceptron
+    from sklearn.model_selection import StratifiedKFold
+
+    from sklearn_calib import CalibratedClassifier
+
+    X, y = make_classification(n_samples=1200, n_features=20, random_state=0)
+    X = 10 * X
+    X_train, y_train, X_test = X[:600], y[:600], X[600:]
+    splits = list(
+        StratifiedKFold(5, shuffle=True, random_state=0).split(X_train, y_train)
+    )
+    ours = CalibratedClassifier(
+        Perceptron(random_state=0), IsotonicCalibration(), cv=splits
+    ).fit(X_train, y_train)
+    reference = CalibratedClassifierCV(
+        Perceptron(random_state=0), method="isotonic", cv=splits
+    ).fit(X_train, y_train)
+    scores = np.abs(ours.estimators_[0].decision_function(X_test))
+    assert np.median(scores) > 100  # saturated as probabilities
+    proba = ours.predict_proba(X_test)
+    np.testing.assert_allclose(proba, reference.predict_proba(X_test), atol=1e-11)
+    assert len(np.unique(proba[:, 1].round(9))) > 50
 
 
 def test_isotonic_top_label_maps_confidence():
@@ -153,13 +235,14 @@ def test_isotonic_ties_pool_their_targets():
     X, X_test = np.round(X / 3) * 3, np.round(X_test / 3) * 3
     p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
     assert len(np.unique(p[:, 0])) < len(p) / 4
+    lo, lo_test = log_odds(X), log_odds(X_test)
     fitted = IsotonicCalibration().fit(X, y)
     for k in range(p.shape[1]):
-        reference = sklearn_isotonic(p[:, k], y == k)
+        reference = sklearn_isotonic(lo[:, k], y == k)
         np.testing.assert_allclose(fitted.X_thresholds_[k], reference.X_thresholds_)
         np.testing.assert_allclose(fitted.y_thresholds_[k], reference.y_thresholds_)
     expected = np.column_stack(
-        [sklearn_isotonic(p[:, k], y == k).predict(p_test[:, k]) for k in range(4)]
+        [sklearn_isotonic(lo[:, k], y == k).predict(lo_test[:, k]) for k in range(4)]
     )
     np.testing.assert_allclose(
         fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
@@ -194,7 +277,7 @@ def test_isotonic_row_with_all_zero_maps_keeps_its_uncalibrated_probabilities():
     uniform = np.zeros((1, 3))
     assert (
         max(
-            np.interp(1 / 3, x, v)
+            np.interp(np.log(0.5), x, v)  # the log-odds of 1/3
             for x, v in zip(fitted.X_thresholds_, fitted.y_thresholds_, strict=True)
         )
         == 0
@@ -206,10 +289,10 @@ def test_isotonic_top_label_matches_a_hand_computation():
     X, y, X_test, _ = split_logits(seed=4)
     p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
     correct = p.argmax(axis=1) == y
-    iso = sklearn_isotonic(p.max(axis=1), correct)
+    iso = sklearn_isotonic(log_odds(X).max(axis=1), correct)
     top = p_test.argmax(axis=1)
     old = p_test.max(axis=1)
-    new = iso.predict(old)
+    new = iso.predict(log_odds(X_test).max(axis=1))
     expected = p_test * ((1 - new) / (1 - old))[:, None]
     expected[np.arange(len(top)), top] = new
     fitted = IsotonicCalibration(mode="top_label").fit(X, y)
@@ -297,3 +380,111 @@ def test_extreme_logits_give_finite_log_probabilities(calibrator):
     proba = calibrator.predict_proba(extreme)
     assert not np.any(np.isnan(proba))
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+# --- masked classes (-inf logits) ---------------------------------------------------
+
+
+def partially_masked(seed, n_samples=1500, n_classes=4):
+    """Logits with a fifth of the entries masked, never the label's."""
+    X, y = make_logits(n_samples=n_samples, n_classes=n_classes, seed=seed)
+    rng = np.random.default_rng(seed)
+    masked = rng.random(X.shape) < 0.2
+    masked[np.arange(n_samples), y] = False
+    X[masked] = -np.inf
+    return X, y, masked
+
+
+def test_isotonic_class_maps_are_fitted_on_the_rows_where_the_class_is_open():
+    X, y, masked = partially_masked(seed=31)
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
+    iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
+    p = softmax(X, axis=1)
+    for k in range(4):
+        rows = ~masked[:, k]
+        reference = sklearn_isotonic(p[rows, k], y[rows] == k, weights[rows])
+        np.testing.assert_allclose(iso.X_thresholds_[k], reference.X_thresholds_)
+        np.testing.assert_allclose(iso.y_thresholds_[k], reference.y_thresholds_)
+    X_new, _, masked_new = partially_masked(seed=32, n_samples=300)
+    p_new = softmax(X_new, axis=1)
+    expected = np.column_stack(
+        [
+            sklearn_isotonic(
+                p[~masked[:, k], k], y[~masked[:, k]] == k, weights[~masked[:, k]]
+            ).predict(p_new[:, k])
+            for k in range(4)
+        ]
+    )
+    expected = np.where(masked_new, 0.0, np.maximum(expected, 1e-12))
+    expected /= expected.sum(axis=1, keepdims=True)
+    proba = iso.predict_proba(X_new)
+    np.testing.assert_allclose(proba, expected, rtol=1e-10, atol=1e-12)
+    assert np.all(proba[masked_new] == 0)
+
+
+def test_histogram_counts_only_the_open_entries_of_each_class():
+    X, y, masked = partially_masked(seed=33)
+    hb = HistogramBinning(n_bins=10).fit(X, y)
+    p = softmax(X, axis=1)
+    for k in range(4):
+        rows = ~masked[:, k]
+        index = np.clip(np.ceil(p[rows, k] * 10).astype(int) - 1, 0, 9)
+        counts = np.bincount(index, minlength=10)
+        hits = np.bincount(index, weights=(y[rows] == k), minlength=10)
+        np.testing.assert_array_equal(hb.bin_counts_[k], counts)
+        occupied = counts > 0
+        np.testing.assert_allclose(
+            hb.bin_values_[k][occupied], hits[occupied] / counts[occupied]
+        )
+
+
+@pytest.mark.parametrize(
+    "calibrator", [IsotonicCalibration(), HistogramBinning(n_bins=5)], ids=repr
+)
+def test_a_class_masked_in_every_calibration_row_is_left_uncalibrated(calibrator):
+    # No calibration data for the class: identity map (isotonic), bin
+    # mid-points (histogram). Where it is open at prediction, it competes.
+    X, y = make_logits(n_samples=600, n_classes=3, seed=34)
+    y = np.where(y == 2, 0, y)
+    X[:, 2] = -np.inf
+    calibrator.fit(X, y)
+    if isinstance(calibrator, IsotonicCalibration):
+        np.testing.assert_array_equal(calibrator.X_thresholds_[2], [0.0, 1.0])
+        np.testing.assert_array_equal(calibrator.y_thresholds_[2], [0.0, 1.0])
+    else:
+        np.testing.assert_array_equal(calibrator.bin_counts_[2], 0.0)
+        np.testing.assert_allclose(calibrator.bin_values_[2], [0.1, 0.3, 0.5, 0.7, 0.9])
+    assert np.all(calibrator.predict_proba(X)[:, 2] == 0)
+    open_row = np.array([[0.0, 0.0, 0.0]])
+    assert calibrator.predict_proba(open_row)[0, 2] > 0
+
+
+@pytest.mark.parametrize(
+    "calibrator",
+    [IsotonicCalibration(mode="top_label"), HistogramBinning(mode="top_label")],
+    ids=repr,
+)
+def test_top_label_rows_without_mass_elsewhere_share_it_among_open_classes(calibrator):
+    X, y = make_logits(n_samples=800, n_classes=4, seed=35)
+    # Noisy labels: even the most confident predictions are wrong at times,
+    # so the calibrated confidence of a one-hot row stays well below 1.
+    noisy = np.random.default_rng(0).random(800) < 0.2
+    noisy[np.argsort(softmax(X, axis=1).max(axis=1))[::-4][:10]] = True
+    y = np.where(noisy, (X.argmax(axis=1) + 1) % 4, y)
+    calibrator.fit(X, y)
+    # Row 0: the other classes' probabilities underflow to 0 but are open;
+    # row 1: class 3 is masked; row 2: every other class is masked.
+    rows = np.array(
+        [
+            [0.0, -800.0, -900.0, -1000.0],
+            [0.0, -800.0, -900.0, -np.inf],
+            [0.0, -np.inf, -np.inf, -np.inf],
+        ]
+    )
+    proba = calibrator.predict_proba(rows)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    confidence = proba[0, 0]
+    assert confidence < 0.99
+    np.testing.assert_allclose(proba[0, 1:], (1 - confidence) / 3)
+    np.testing.assert_allclose(proba[1], [confidence, *[(1 - confidence) / 2] * 2, 0])
+    np.testing.assert_array_equal(proba[2], [1.0, 0.0, 0.0, 0.0])

@@ -7,15 +7,24 @@ table; our own checks cover what those skip, on correctly shaped logits.
 import pickle
 import subprocess
 import sys
+import warnings
+from functools import partial
 
 import numpy as np
 import pytest
 from sklearn.base import clone
 from sklearn.utils import get_tags
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.utils.estimator_checks import (
+    estimator_checks_generator,
+    parametrize_with_checks,
+)
 
+from sklearn_calib import CalibratedClassifier
 from sklearn_calib.utils._testing import (
+    _COMMON_EXPECTED_FAILURES,
+    EXPECTED_FAILED_CHECKS,
     FAST_PARAMS,
+    REASON_ERRORS,
     expected_failed_checks,
     make_fast,
     make_logits,
@@ -32,6 +41,44 @@ IDS = [name for name, _ in all_calibrators()]
 )
 def test_sklearn_compatible(estimator, check):
     check(estimator)
+
+
+# The default configuration (LogisticRegression, TemperatureScaling, 5 folds)
+# passes every check with no expected failure, as scikit-learn's own
+# CalibratedClassifierCV does: a calibration fold that holds a single class
+# still fits, since the class set is known from all of y.
+@parametrize_with_checks([CalibratedClassifier()])
+def test_default_calibrated_classifier_passes_every_check(estimator, check):
+    check(estimator)
+
+
+def _check_name(check):
+    """The bare name scikit-learn looks a check up by (its function's name)."""
+    return check.func.__name__ if isinstance(check, partial) else check.__name__
+
+
+@pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
+def test_expected_failures_are_exact(cls):
+    # Every key of the table names a check that runs for this calibrator and
+    # fails with the error its reason describes. (That no variant of it
+    # passes is what xfail_strict enforces in test_sklearn_compatible.)
+    estimator = make_fast(cls)
+    table = expected_failed_checks(estimator)
+    checks = {}
+    for est, check in estimator_checks_generator(estimator, legacy=True, mark=None):
+        checks.setdefault(_check_name(check), []).append((est, check))
+    never_run = sorted(set(table) - set(checks))
+    assert not never_run, f"keys that match no check of {cls.__name__}: {never_run}"
+    overrides = EXPECTED_FAILED_CHECKS.get(cls.__name__, {})
+    removed = [name for name, reason in overrides.items() if reason is None]
+    assert set(removed) <= set(_COMMON_EXPECTED_FAILURES)
+    for name, reason in sorted(table.items()):
+        error, pattern = REASON_ERRORS[reason]
+        for est, check in checks[name]:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                with pytest.raises(error, match=pattern):
+                    check(est)
 
 
 def test_every_calibrator_has_fast_params():
@@ -176,6 +223,121 @@ def test_missing_class_in_validation_keeps_columns(calibrator):
     calibrator.fit(X[keep], y[keep])
     np.testing.assert_array_equal(calibrator.classes_, np.arange(5))
     assert calibrator.predict_proba(X).shape == (400, 5)
+
+
+# --- which class each logit column stands for ------------------------------------
+
+
+def _one_based(calibrator):
+    """Logits of K classes and 1-based labels 1..K from which K is absent."""
+    n_classes = 2 if is_binary_only(calibrator) else 4
+    X, y = make_logits(n_samples=400, n_classes=n_classes, seed=5)
+    keep = y != n_classes - 1
+    return X[keep], y[keep] + 1, n_classes
+
+
+def test_ambiguous_labels_raise_and_ask_for_classes(calibrator):
+    # Labels 1..4 with no 4 in the calibration set used to give classes_ 0..3
+    # and predictions off by one; now the calibrator refuses to guess.
+    X, y1, _ = _one_based(calibrator)
+    with pytest.raises(ValueError, match="classes="):
+        calibrator.fit(X, y1)
+    assert not hasattr(calibrator, "classes_")
+
+
+def test_classes_states_the_label_of_each_column(calibrator):
+    X, y1, n_classes = _one_based(calibrator)
+    labels = np.arange(1, n_classes + 1)
+    params = dict(calibrator.get_params(), classes=list(labels))
+    stated = type(calibrator)(**params)
+    with warnings.catch_warnings():
+        # a binary-only calibrator sees one class here; its fit may warn
+        warnings.simplefilter("ignore", UserWarning)
+        stated.fit(X, y1)
+        # 0-based codes that include 0 are the column indices: the same fit
+        # (a binary set lacking a class holds one label: it needs classes too)
+        reference = clone(calibrator)
+        if n_classes == 2:
+            reference.set_params(classes=[0, 1])
+        reference.fit(X, y1 - 1)
+    assert stated.get_params()["classes"] == list(labels)  # stored unchanged
+    np.testing.assert_array_equal(stated.classes_, labels)
+    np.testing.assert_array_equal(reference.classes_, labels - 1)
+    proba = stated.predict_proba(X)
+    np.testing.assert_allclose(proba, reference.predict_proba(X), rtol=1e-10)
+    np.testing.assert_array_equal(stated.predict(X), labels[proba.argmax(axis=1)])
+    if getattr(calibrator, "_preserves_argmax", False):
+        # independent of the calibrator: the logits' argmax, 1-based
+        np.testing.assert_array_equal(stated.predict(X), X.argmax(axis=1) + 1)
+    np.testing.assert_array_equal(stated.get_feature_names_out(), labels.astype(str))
+
+
+def test_classes_in_any_column_order(calibrator, logits_y):
+    X, y = logits_y
+    names = NAMES[: X.shape[1]]
+    order = np.roll(np.arange(X.shape[1]), 1)
+    # The columns hold the classes names[order], not in sorted order.
+    permuted = clone(calibrator).set_params(classes=names[order])
+    permuted.fit(X[:, order], names[y])
+    np.testing.assert_array_equal(permuted.classes_, names[order])
+    reference = clone(calibrator).fit(X, y)
+    np.testing.assert_allclose(
+        permuted.predict_proba(X[:, order]),
+        reference.predict_proba(X)[:, order],
+        rtol=1e-6,
+        atol=1e-9,
+    )
+    # Ties (piecewise-constant maps) go to the first maximal column, which
+    # depends on the order: compare the rows with a single most probable class.
+    proba = reference.predict_proba(X)
+    top2 = np.sort(proba, axis=1)[:, -2:]
+    clear = top2[:, 1] - top2[:, 0] > 1e-9
+    np.testing.assert_array_equal(
+        permuted.predict(X[:, order])[clear], names[reference.predict(X)][clear]
+    )
+
+
+def test_classes_lets_a_set_with_one_class_fit(calibrator, logits_y):
+    X, y = logits_y
+    rows = y == 1
+    with warnings.catch_warnings():
+        # One class may leave a solver at a bound; that warning is expected.
+        warnings.simplefilter("ignore", UserWarning)
+        fitted = (
+            clone(calibrator).set_params(classes=np.unique(y)).fit(X[rows], y[rows])
+        )
+    np.testing.assert_array_equal(fitted.classes_, np.unique(y))
+    proba = fitted.predict_proba(X)
+    assert proba.shape == X.shape
+    assert np.all(np.isfinite(proba))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-10)
+    with pytest.raises(ValueError, match="class"):
+        clone(calibrator).fit(X[rows], y[rows])
+
+
+BAD_CLASSES = {
+    "short": (lambda n: list(range(n - 1)), "one class per column"),
+    "long": (lambda n: list(range(n + 1)), "one class per column"),
+    "2d": (lambda n: np.arange(n).reshape(1, n), "one class per column"),
+    "duplicates": (lambda n: [0] * n, "duplicates"),
+    "missing_label": (lambda n: [*range(n - 1), n + 5], r"not in classes: \[\d\]"),
+    "other_type": (lambda n: list(NAMES[:n]), "not in classes"),
+    "nan": (lambda n: [*np.arange(n - 1.0), np.nan], "NaN"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CLASSES))
+def test_bad_classes_raise(calibrator, logits_y, case):
+    X, y = logits_y
+    make_classes, message = BAD_CLASSES[case]
+    with pytest.raises(ValueError, match=message):
+        clone(calibrator).set_params(classes=make_classes(X.shape[1])).fit(X, y)
+
+
+def test_classes_must_be_array_like(calibrator, logits_y):
+    X, y = logits_y
+    with pytest.raises(ValueError, match="classes"):
+        clone(calibrator).set_params(classes="abcd").fit(X, y)
 
 
 def test_binary_single_score_column(calibrator):

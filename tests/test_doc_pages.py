@@ -154,7 +154,10 @@ def test_page_runs_as_written(path, page_environment):
             stdout = io.StringIO()
             try:
                 with contextlib.redirect_stdout(stdout):
-                    exec(compile(code, f"{_page_id(path)}, block {number}", "exec"), namespace)
+                    exec(
+                        compile(code, f"{_page_id(path)}, block {number}", "exec"),
+                        namespace,
+                    )
             except Exception as exc:
                 pytest.fail(
                     f"{_page_id(path)}: Python block {number} fails as written: "

@@ -47,3 +47,18 @@ def test_row_chunks_cover_every_row_once():
     assert all(r.stop - r.start <= 10 for r in rows)
     covered = np.concatenate([np.arange(1000)[r] for r in rows])
     np.testing.assert_array_equal(covered, np.arange(1000))
+
+
+def test_scale_logits_beyond_the_dtype_range_and_with_masked_entries():
+    # float32 logits spread by 1e-40 are calibrated by 1 / T ~ 1e40, beyond
+    # float32's range: applied in two representable factors.
+    z = np.array([[1e-40, 0.0, -2e-40, -np.inf]], dtype=np.float32)
+    scaled = scale_logits(z, 2e40)
+    assert scaled.dtype == np.float32
+    exact = (z.astype(np.float64) - z.max()) * 2e40
+    np.testing.assert_allclose(scaled[:, :3], exact[:, :3], rtol=1e-6)
+    assert np.isneginf(scaled[0, 3])
+    for factor in (0.5, 4.0):  # both branches keep -inf (probability 0)
+        assert np.isneginf(scale_logits(z, factor)[0, 3])
+    np.testing.assert_array_equal(softmax(z)[0, 3], 0.0)
+    np.testing.assert_array_equal(log_softmax(z)[0, 3], -np.inf)

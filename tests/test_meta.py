@@ -33,9 +33,11 @@ from sklearn_calib.utils.discovery import all_calibrators
 CALIBRATORS = [cls for _, cls in all_calibrators()]
 
 
-# cv=3 as scikit-learn itself uses for CalibratedClassifierCV in its checks:
-# check_fit2d_1feature fits 10 samples of which one class has 3, and 5
-# stratified folds would leave single-class calibration folds (an error here).
+# cv=3 only keeps these checks fast (5 folds cost 1.8 times as much). With the
+# default 5 folds, check_fit2d_1feature's 10 samples (3 of one class) leave
+# single-class calibration folds, which fit since every calibrator is told the
+# class set of all of y: tests/test_common.py runs the whole suite on the
+# default CalibratedClassifier() with no expected failure.
 @parametrize_with_checks(
     [
         CalibratedClassifier(LogisticRegression(), make_fast(cls), cv=3)
@@ -266,12 +268,104 @@ def test_training_fold_missing_a_class_raises():
         CalibratedClassifier(LogisticRegression(), _ts(), cv=KFold(3)).fit(X, y)
 
 
-def test_single_class_calibration_fold_raises():
+def test_single_class_calibration_fold_fits_with_the_classes_of_y():
     X, y = _data(2)
     order = np.argsort(y, kind="stable")
+    # Each test fold holds a single class (the training folds hold both).
     splits = [(order[:300], order[300:]), (order[100:], order[:100])]
+    assert all(np.unique(y[test]).shape[0] == 1 for _, test in splits)
+    with warnings.catch_warnings():
+        # all-correct folds push the temperature to its bound, with a warning
+        warnings.simplefilter("ignore", UserWarning)
+        clf = CalibratedClassifier(LogisticRegression(), _ts(), cv=splits).fit(X, y)
+        # By hand: each fold's calibrator told the class set [0, 1].
+        proba = np.zeros((len(y), 2))
+        for train, test in splits:
+            est = LogisticRegression().fit(X[train], y[train])
+            ts = _ts().set_params(classes=[0, 1])
+            ts.fit(est.decision_function(X[test])[:, None], y[test])
+            proba += ts.predict_proba(est.decision_function(X)[:, None])
+    for calibrator in clf.calibrators_:
+        np.testing.assert_array_equal(calibrator.classes_, [0, 1])
+    np.testing.assert_allclose(clf.predict_proba(X), proba / 2, rtol=1e-10)
+    # A classifier used as calibrator has no classes parameter: it cannot fit.
     with pytest.raises(ValueError, match="single class"):
-        CalibratedClassifier(LogisticRegression(), _ts(), cv=splits).fit(X, y)
+        CalibratedClassifier(LogisticRegression(), LogisticRegression(), cv=splits).fit(
+            X, y
+        )
+
+
+def test_default_cv_with_a_rare_class_fits():
+    # scikit-learn's check_fit2d_1feature: 10 samples, 3 of one class, so some
+    # of the 5 stratified calibration folds hold a single class.
+    rng = np.random.RandomState(0)
+    X = 3 * rng.uniform(size=(10, 1))
+    y = np.array([0, 1, 0, 0, 1, 0, 0, 1, 0, 0])
+    folds = StratifiedKFold(5).split(X, y)
+    assert sum(np.unique(y[test]).shape[0] == 1 for _, test in folds) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        clf = CalibratedClassifier().fit(X, y)
+    proba = clf.predict_proba(X)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    assert len(clf.calibrators_) == 5
+
+
+# --- classes= of CalibratedClassifier ---
+
+
+def test_classes_gives_a_column_to_a_class_absent_from_training():
+    X, y = _data(3)
+    labels = np.array([1, 2, 3])[y]  # 1-based
+    keep = labels != 3
+    stated = CalibratedClassifier(LogisticRegression(), _ts(), cv=3, classes=[1, 2, 3])
+    stated.fit(X[keep], labels[keep])
+    reference = CalibratedClassifier(LogisticRegression(), _ts(), cv=3)
+    reference.fit(X[keep], labels[keep])
+    np.testing.assert_array_equal(stated.classes_, [1, 2, 3])
+    np.testing.assert_array_equal(reference.classes_, [1, 2])
+    proba = stated.predict_proba(X)
+    np.testing.assert_array_equal(proba[:, 2], 0.0)
+    np.testing.assert_allclose(proba[:, :2], reference.predict_proba(X), rtol=1e-12)
+    np.testing.assert_array_equal(stated.predict(X), reference.predict(X))
+
+
+def test_classes_sets_the_column_order():
+    X, y = _data(3)
+    names = np.array(["ant", "bee", "cat"])
+    order = ["cat", "ant", "bee"]
+    stated = CalibratedClassifier(LogisticRegression(), _ts(), cv=3, classes=order)
+    stated.fit(X, names[y])
+    reference = CalibratedClassifier(LogisticRegression(), _ts(), cv=3).fit(X, y)
+    np.testing.assert_array_equal(stated.classes_, order)
+    np.testing.assert_allclose(
+        stated.predict_proba(X), reference.predict_proba(X)[:, [2, 0, 1]], rtol=1e-10
+    )
+    np.testing.assert_array_equal(stated.predict(X), names[reference.predict(X)])
+
+
+@pytest.mark.parametrize(
+    "classes, message",
+    [
+        ([0, 1], r"not in classes: \[2\]"),
+        ([0, 1, 1, 2], "duplicates"),
+        ([0], "at least 2 classes"),
+        ([[0, 1, 2]], "at least 2 classes"),
+    ],
+)
+def test_bad_classes_raise(classes, message):
+    X, y = _data(3)
+    with pytest.raises(ValueError, match=message):
+        CalibratedClassifier(LogisticRegression(), _ts(), classes=classes).fit(X, y)
+
+
+def test_classes_must_hold_the_frozen_estimators_classes():
+    X, y = _data(3, n_samples=600)
+    prefit = LogisticRegression().fit(X[:300], y[:300])
+    keep = y[300:] != 2
+    clf = CalibratedClassifier(FrozenEstimator(prefit), _ts(), classes=[0, 1])
+    with pytest.raises(ValueError, match=r"estimator's classes \[2\] are not in"):
+        clf.fit(X[300:][keep], y[300:][keep])
 
 
 def test_calibrator_missing_classes_fill_their_columns_with_zero():

@@ -25,7 +25,9 @@ def _predictions(seed=0, n=3000, k=10, scale=12.0):
     return y, proba32
 
 
-@pytest.mark.parametrize("name, metric", all_metrics(), ids=[n for n, _ in all_metrics()])
+@pytest.mark.parametrize(
+    "name, metric", all_metrics(), ids=[n for n, _ in all_metrics()]
+)
 def test_metric_is_the_same_for_float32_and_float64(name, metric):
     y, proba32 = _predictions()
     # Confident, often wrong predictions: many true-class probabilities fall

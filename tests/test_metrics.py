@@ -191,7 +191,9 @@ def test_ties_use_the_first_maximal_column():
     y = np.array([0, 1, 0, 1])
     # Every row predicts class 0 (first maximum): accuracy 0.5 at confidence 0.5.
     assert expected_calibration_error(y, y_prob) == pytest.approx(0.0)
-    assert expected_calibration_error(np.ones(4, int), y_prob) == pytest.approx(0.5)
+    # A single label 1 could be column 1 (0-based) or column 0 (1-based labels).
+    ones = np.ones(4, int)
+    assert expected_calibration_error(ones, y_prob, labels=[0, 1]) == pytest.approx(0.5)
     rows = np.array([[0.2, 0.4, 0.4], [0.4, 0.4, 0.2], [0.1, 0.1, 0.8]])
     confidence, correct = top_label(rows, np.array([2, 1, 2]))
     np.testing.assert_array_equal(correct, [False, False, True])
@@ -404,7 +406,9 @@ def test_log_loss_equals_sklearn():
     # scikit-learn does for float64 (it clips float32 at float32's eps).
     hard = np.eye(3)[[0, 1, 2]]
     for dtype in (np.float64, np.float32):
-        assert log_loss([1, 1, 2], hard.astype(dtype)) == pytest.approx(
+        assert log_loss(
+            [1, 1, 2], hard.astype(dtype), labels=[0, 1, 2]
+        ) == pytest.approx(
             sklearn_log_loss([1, 1, 2], hard, labels=[0, 1, 2]), rel=1e-12
         )
     p = np.random.default_rng(1).uniform(size=100)
@@ -598,6 +602,79 @@ def test_metric_invariances(name, metric, registry_data):
     # row order does not matter
     order = np.random.default_rng(19).permutation(len(y))
     assert metric(y[order], proba[order]) == pytest.approx(value, rel=1e-10, abs=1e-13)
+
+
+@pytest.mark.parametrize("name, metric", METRICS, ids=[name for name, _ in METRICS])
+def test_metric_labels_follow_sklearn_convention(name, metric, registry_data):
+    proba, y, _ = registry_data
+    # 1-based labels 1..4 of a set that happens to lack label 4: three labels
+    # for four columns are ambiguous (0-based labels lacking 0 look the same),
+    # so the metric asks for labels= instead of scoring the wrong columns.
+    keep = y != 3
+    one_based = y[keep] + 1
+    with pytest.raises(ValueError, match="ambiguous.*pass labels="):
+        metric(one_based, proba[keep])
+    # labels= states the class of each column; 0-based labels that include 0
+    # are the column indices themselves. Both score the same columns.
+    stated = metric(one_based, proba[keep], labels=[1, 2, 3, 4])
+    assert stated == pytest.approx(metric(y[keep], proba[keep]), rel=1e-12)
+    # The columns in another order, with labels saying which is which.
+    order = [2, 0, 3, 1]
+    names = np.array(["ant", "bee", "cat", "dog"])
+    permuted = metric(names[y], proba[:, order], labels=names[order])
+    assert permuted == pytest.approx(metric(y, proba), rel=1e-10, abs=1e-13)
+
+
+def test_log_loss_one_based_labels_missing_a_class():
+    # The case of issue 11: labels 1..4 whose validation set lacks label 4.
+    # Reading label j as column j scores each sample on the wrong column (a
+    # large, silent error); labels= gives scikit-learn's value.
+    proba, y = make_probabilities(300, 4, seed=5)
+    keep = y != 3
+    y1, p = y[keep] + 1, proba[keep]
+    reference = sklearn_log_loss(y1, p, labels=[1, 2, 3, 4])
+    eps = np.finfo(np.float64).eps
+    shifted = -np.mean(np.log(np.clip(p[np.arange(len(y1)), y1], eps, 1 - eps)))
+    assert shifted > reference + 1.0  # what guessing "label j is column j" gives
+    assert log_loss(y1, p, labels=[1, 2, 3, 4]) == pytest.approx(reference, rel=1e-12)
+    with pytest.raises(ValueError, match="lack 0.*pass labels="):
+        log_loss(y1, p)
+    # The same labels when the set holds all four: sorted labels, no ambiguity.
+    assert log_loss(y + 1, proba) == pytest.approx(
+        sklearn_log_loss(y + 1, proba), rel=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "y_true, labels, message",
+    [
+        ([1, 2], None, "ambiguous"),  # 2 labels in range(3) lacking 0
+        ([0, 5], None, "outside"),  # include 0 but not column indices
+        (["a", "b"], None, "ambiguous"),  # strings, one class absent
+        ([0, 1, 2, 3], None, "4 distinct labels but there are only 3"),
+        ([1, 2], [1, 2, 2], "duplicates"),
+        ([1, 2], [1, 2], "one class per column"),
+        ([1, 4], [1, 2, 3], "not in labels"),
+        ([1.0, 2.0], [1.0, 2.0, np.nan], "NaN"),
+    ],
+)
+def test_labels_that_cannot_be_matched_raise(y_true, labels, message):
+    y_prob = np.full((len(y_true), 3), 1 / 3)
+    with pytest.raises(ValueError, match=message):
+        log_loss(y_true, y_prob, labels=labels)
+
+
+def test_boolean_and_zero_based_labels_are_column_indices():
+    y_prob = np.array([[0.9, 0.1, 0.0], [0.2, 0.8, 0.0], [0.3, 0.3, 0.4]])
+    # 0 and 1 only, for 3 columns: the indices, so column 2 is class 2.
+    by_index = log_loss([0, 1, 1], y_prob)
+    assert by_index == pytest.approx(
+        sklearn_log_loss([0, 1, 1], y_prob, labels=[0, 1, 2])
+    )
+    p = np.array([0.8, 0.3, 0.6])
+    assert log_loss(np.array([True, True, True]), p) == pytest.approx(
+        sklearn_log_loss([1, 1, 1], p, labels=[0, 1])
+    )
 
 
 # --- bootstrap --------------------------------------------------------------------

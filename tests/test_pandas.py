@@ -201,10 +201,14 @@ def _calibration_scorers():
         return []
     if not hasattr(metrics, "get_scorer_names"):
         return []
+    # Scorers of predicted probabilities only: the prediction-set scorers call
+    # predict_set, which a calibrator does not have.
     return [
         name
         for name in metrics.get_scorer_names()
-        if name.startswith("neg_") and hasattr(metrics, name[4:])
+        if name.startswith("neg_")
+        and hasattr(metrics, name[4:])
+        and metrics.get_scorer(name)._response_method == "predict_proba"
     ]
 
 

@@ -3,15 +3,16 @@
 Every calibrator found by discovery, bare and inside CalibratedClassifier, makes
 pickle, joblib and skops round trips that predict exactly the same; every
 ``to_torch`` module reproduces ``transform`` (log ``predict_proba``) and still
-does once compiled; and a calibrator fitted with ``device="cuda"`` pickles to
-plain numpy state that loads and predicts in a process without CUDA (and
-without torch at load time).
+does once scripted (``torch.export`` is tested in ``test_export.py``); and a
+calibrator fitted with ``device="cuda"`` pickles to plain numpy state that
+loads and predicts in a process without CUDA (and without torch at load time).
 """
 
 import io
 import os
 import pickle
 import pickletools
+import re
 import subprocess
 import sys
 import textwrap
@@ -29,6 +30,8 @@ from sklearn_calib import CalibratedClassifier, TemperatureScaling
 from sklearn_calib.utils._testing import make_fast, make_logits
 from sklearn_calib.utils.discovery import all_calibrators
 from sklearn_calib.utils.persistence import skops_trusted_types
+
+from .conftest import torch_jit_script
 
 CALIBRATORS = [cls for _, cls in all_calibrators()]
 IDS = [name for name, _ in all_calibrators()]
@@ -132,30 +135,170 @@ def test_trusted_types_list_every_public_estimator():
     assert trusted == sorted(trusted)
 
 
+# --- a loaded fitted state is checked -------------------------------------------
+
+
+def _nan_at_first(array):
+    array = np.array(array, dtype=np.float64)
+    array.flat[0] = np.nan
+    return array
+
+
+def _set_item(name, index, value):
+    def edit(est):
+        items = list(getattr(est, name))
+        items[index] = value(items[index]) if callable(value) else value
+        setattr(est, name, items)
+
+    return edit
+
+
+def _set(name, value):
+    def edit(est):
+        setattr(est, name, value(getattr(est, name)) if callable(value) else value)
+
+    return edit
+
+
+# Per calibrator: (attribute named in the error, edit of a fitted calibrator),
+# each an edit that no fit produces and that would change predictions.
+STATE_EDITS = {
+    "TemperatureScaling": [
+        ("temperature_", _set("temperature_", -1.0)),  # reverses the ranking
+        ("temperature_", _set("temperature_", 0.0)),
+        ("temperature_", _set("temperature_", np.nan)),
+        ("temperature_", _set("temperature_", "2.0")),
+    ],
+    "VectorScaling": [
+        ("coef_", _set("coef_", _nan_at_first)),
+        ("intercept_", _set("intercept_", lambda a: a[:-1])),
+        ("coef_", _set("coef_", np.diag)),
+    ],
+    "MatrixScaling": [
+        ("coef_", _set("coef_", np.diag)),
+        ("intercept_", _set("intercept_", lambda a: a + np.inf)),
+    ],
+    "DirichletCalibration": [
+        ("coef_", _set("coef_", _nan_at_first)),
+        ("intercept_", _set("intercept_", lambda a: a[None])),
+    ],
+    "PlattScaling": [
+        ("coef_", _set("coef_", lambda a: np.r_[a, a])),
+        ("intercept_", _set("intercept_", _nan_at_first)),
+    ],
+    "IsotonicCalibration": [
+        ("X_thresholds_[0]", _set_item("X_thresholds_", 0, lambda a: a[::-1])),
+        ("y_thresholds_[1]", _set_item("y_thresholds_", 1, lambda a: a + 2.0)),
+        ("y_thresholds_[2]", _set_item("y_thresholds_", 2, lambda a: a[:-1])),
+        ("X_thresholds_", _set("X_thresholds_", lambda a: a[:-1])),
+        ("mode", _set("mode", "ovo")),
+    ],
+    "HistogramBinning": [
+        ("bin_values_", _set("bin_values_", lambda a: a - 0.5)),
+        ("bin_edges_", _set("bin_edges_", lambda a: a[:, ::-1])),
+        ("bin_counts_", _set("bin_counts_", lambda a: a[:, :-1])),
+        ("bin_values_", _set("bin_values_", _nan_at_first)),
+    ],
+    "SMART": [
+        ("margin_std_", _set("margin_std_", 0.0)),
+        ("margin_mean_", _set("margin_mean_", np.inf)),
+        ("coefs_[0]", _set_item("coefs_", 0, lambda a: a.T)),
+        ("intercepts_[1]", _set_item("intercepts_", 1, _nan_at_first)),
+        ("coefs_", _set("coefs_", lambda a: a[:1])),
+    ],
+}
+COMMON_STATE_EDITS = [
+    ("classes_", _set("classes_", lambda a: np.r_[a[:-1], a[0]])),  # duplicate
+    ("classes_", _set("classes_", lambda a: a[:1])),
+    ("n_features_in_", _set("n_features_in_", lambda n: n + 3)),
+    ("temperature_|coef_|X_thresholds_|bin_edges_|margin_mean_", None),  # deleted
+]
+
+
+def _delete_a_fitted_attribute(est):
+    for name in (
+        "temperature_",
+        "coef_",
+        "X_thresholds_",
+        "bin_edges_",
+        "margin_mean_",
+    ):
+        if hasattr(est, name):
+            delattr(est, name)
+            return
+    raise AssertionError(f"no known fitted attribute on {type(est).__name__}")
+
+
+def test_every_calibrator_has_state_edits():
+    assert set(STATE_EDITS) == set(IDS)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "skops"])
+@pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
+def test_loading_an_edited_state_raises_naming_the_attribute(cls, fmt, fitted_cases):
+    import copy
+
+    calibrator, _ = fitted_cases(cls)[0]
+    edits = STATE_EDITS[cls.__name__] + COMMON_STATE_EDITS
+    for attribute, edit in edits:
+        edited = copy.copy(calibrator)  # a shallow copy: setstate is not called
+        edited.__dict__ = dict(calibrator.__dict__)
+        (edit or _delete_a_fitted_attribute)(edited)
+        data = pickle.dumps(edited) if fmt == "pickle" else None
+        name = attribute if "|" in attribute else re.escape(attribute)
+        # "Fitted attribute coef_ of ..." or "The 'mode' parameter of ..."
+        with pytest.raises(ValueError, match=rf"(Fitted attribute |')({name})[ ']"):
+            if fmt == "pickle":
+                pickle.loads(data)
+            else:
+                _skops_round_trip(edited)
+
+
+def test_loaded_negative_temperature_is_refused_not_applied(tmp_path, fitted_cases):
+    # The case of issue 11: a trusted type with edited state, in a skops file.
+    sio = pytest.importorskip("skops.io")
+    ts, X = fitted_cases(TemperatureScaling)[0]
+    path = tmp_path / "edited.skops"
+    edited = pickle.loads(pickle.dumps(ts))
+    edited.temperature_ = -1.0
+    # What loading used to apply: every row's ranking reversed.
+    assert np.all(edited.predict(X) == ts.classes_[X.argmin(axis=1)])
+    sio.dump(edited, path)
+    with pytest.raises(
+        ValueError, match="temperature_ of TemperatureScaling must be > 0"
+    ):
+        sio.load(path, trusted=skops_trusted_types())
+
+
+def test_loading_an_edited_calibrated_classifier_raises(fitted_cases):
+    clf, _ = fitted_cases(TemperatureScaling)[1]
+    edited = pickle.loads(pickle.dumps(clf))
+    edited.calibrators_[0].classes_ = np.array([0, 7, 2])
+    with pytest.raises(ValueError, match=r"calibrators_\[0\]\.classes_"):
+        _skops_round_trip(edited)
+    edited = pickle.loads(pickle.dumps(clf))
+    edited.calibrators_ = edited.calibrators_[:-1]
+    with pytest.raises(ValueError, match="calibrators_ .*must have 3 items"):
+        pickle.loads(pickle.dumps(edited))
+    edited = pickle.loads(pickle.dumps(clf))
+    edited.calibrators_[1].temperature_ = np.nan
+    with pytest.raises(ValueError, match="temperature_ of TemperatureScaling"):
+        _skops_round_trip(edited)
+
+
+def test_unfitted_and_older_files_still_load():
+    unfitted = pickle.loads(pickle.dumps(TemperatureScaling(device="cpu")))
+    assert unfitted.get_params()["device"] == "cpu"
+    # A file written before the classes parameter existed.
+    X, y = make_logits(n_samples=300, n_classes=3, seed=2)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    del ts.classes
+    restored = pickle.loads(pickle.dumps(ts))
+    assert restored.get_params()["classes"] is None
+    np.testing.assert_array_equal(restored.predict_proba(X), ts.predict_proba(X))
+
+
 # --- to_torch ---
-
-
-def _compile(module, example):
-    """``torch.jit.script`` the module, else ``torch.export`` it; fail if neither."""
-    import torch
-
-    try:
-        with warnings.catch_warnings():
-            # torch 2.x deprecates TorchScript in favour of torch.export.
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return torch.jit.script(module)
-    except Exception as script_error:
-        try:
-            batch = torch.export.Dim("batch")
-            program = torch.export.export(
-                module, (example,), dynamic_shapes=({0: batch},)
-            )
-        except Exception as export_error:
-            pytest.fail(
-                f"{type(module).__name__} is neither scriptable ({script_error!r}) "
-                f"nor exportable ({export_error!r})"
-            )
-        return program.module()
 
 
 @pytest.mark.skipif(not WITH_TO_TORCH, reason="no calibrator has to_torch")
@@ -172,8 +315,9 @@ def test_to_torch_equals_log_predict_proba(cls, n_classes):
     module = calibrator.to_torch()
     assert isinstance(module, torch.nn.Module)
     expected = np.log(calibrator.predict_proba(X))
-    compiled = _compile(module, torch.from_numpy(X))
-    for net in (module, compiled):
+    # TorchScript here; torch.export (one program per dtype) in test_export.py.
+    scripted = torch_jit_script(module)
+    for net in (module, scripted):
         with torch.no_grad():
             out = net(torch.from_numpy(X))
         assert out.dtype == torch.float64
@@ -197,6 +341,41 @@ def test_to_torch_binary_score_column(cls):
         out = calibrator.to_torch()(torch.from_numpy(score))
     np.testing.assert_allclose(
         out.numpy(), np.log(calibrator.predict_proba(score)), rtol=1e-6, atol=1e-9
+    )
+
+
+@pytest.mark.skipif(not WITH_TO_TORCH, reason="no calibrator has to_torch")
+@pytest.mark.parametrize(
+    "cls", WITH_TO_TORCH, ids=[cls.__name__ for cls in WITH_TO_TORCH]
+)
+def test_to_torch_is_frozen(cls):
+    torch = pytest.importorskip("torch")
+    n_classes = _n_classes(cls, 4)
+    X, y = make_logits(n_samples=600, n_classes=n_classes, seed=13)
+    calibrator = make_fast(cls).fit(X, y)
+    module = calibrator.to_torch()
+    assert not [name for name, p in module.named_parameters() if p.requires_grad]
+    # The calibrator behind a trainable layer, as when fine-tuning a network
+    # with its calibration head; requires_grad_(True) on the parent is what
+    # "unfreeze everything" code does.
+    features = torch.from_numpy(X)
+    layer = torch.nn.Linear(n_classes, n_classes, dtype=torch.float64)
+    parent = torch.nn.Sequential(layer, module)
+    parent.requires_grad_(True)
+    assert not [name for name, p in module.named_parameters() if p.requires_grad]
+    with torch.no_grad():
+        before = module(features).clone()
+    weight_before = layer.weight.detach().clone()
+    optimizer = torch.optim.SGD(parent.parameters(), lr=0.5, weight_decay=0.1)
+    loss = torch.nn.functional.nll_loss(parent(features), torch.from_numpy(y))
+    loss.backward()
+    optimizer.step()
+    with torch.no_grad():
+        after = module(features)
+    assert not torch.equal(layer.weight, weight_before)  # the step did happen
+    torch.testing.assert_close(after, before, rtol=0, atol=0)
+    np.testing.assert_allclose(
+        after.numpy(), np.log(calibrator.predict_proba(X)), rtol=1e-6, atol=1e-9
     )
 
 

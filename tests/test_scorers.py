@@ -3,8 +3,15 @@
 import numpy as np
 import pytest
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import get_scorer as sklearn_get_scorer
 from sklearn.metrics import get_scorer_names as sklearn_scorer_names
-from sklearn.model_selection import GridSearchCV, StratifiedKFold, cross_val_score
+from sklearn.model_selection import (
+    GridSearchCV,
+    StratifiedKFold,
+    cross_val_score,
+    cross_validate,
+)
+from sklearn.utils._param_validation import InvalidParameterError
 
 from sklearn_calib import TemperatureScaling
 from sklearn_calib.metrics import (
@@ -12,6 +19,7 @@ from sklearn_calib.metrics import (
     expected_calibration_error,
     get_scorer,
     get_scorer_names,
+    get_scorers,
     log_loss,
     smooth_calibration_error,
 )
@@ -19,7 +27,11 @@ from sklearn_calib.utils._compat import _Scorer
 from sklearn_calib.utils._testing import make_logits
 from sklearn_calib.utils.discovery import all_metrics
 
-OUR_NAMES = [f"neg_{name}" for name, _ in all_metrics()]
+# Scorers are named neg_<metric>, except where that is a scikit-learn scorer
+# with another definition (scikit-learn halves the binary Brier score).
+RENAMED = {"brier_score": "neg_multiclass_brier_score"}
+SCORER_OF = {name: RENAMED.get(name, f"neg_{name}") for name, _ in all_metrics()}
+OUR_NAMES = sorted(SCORER_OF.values())
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +56,8 @@ def test_every_metric_has_a_scorer():
 def test_scorer_is_the_negated_metric(name, fitted, logits_y):
     X, y = logits_y
     scorer = get_scorer(name)
-    metric = dict(all_metrics())[name[len("neg_") :]]
+    metric_name = {v: k for k, v in SCORER_OF.items()}[name]
+    metric = dict(all_metrics())[metric_name]
     # a scikit-learn scorer object, so multi-metric search caches predict_proba
     assert isinstance(scorer, _Scorer)
     assert repr(scorer) == (
@@ -60,7 +73,7 @@ def test_scorer_is_the_negated_metric(name, fitted, logits_y):
 
 def test_get_scorer_returns_fresh_copies_and_falls_back_to_sklearn(fitted, logits_y):
     X, y = logits_y
-    assert get_scorer("neg_brier_score") is not get_scorer("neg_brier_score")
+    assert get_scorer("neg_log_loss") is not get_scorer("neg_log_loss")
     accuracy = get_scorer("accuracy")
     assert accuracy(fitted, X, y) == pytest.approx(np.mean(fitted.predict(X) == y))
     assert get_scorer(None) is None
@@ -69,15 +82,78 @@ def test_get_scorer_returns_fresh_copies_and_falls_back_to_sklearn(fitted, logit
         get_scorer("neg_expected_calibration_eror")
 
 
-def test_shared_names_use_the_library_metrics(fitted, logits_y):
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_no_scorer_shares_a_name_with_sklearn_and_disagrees(n_classes):
+    X, y = make_logits(n_samples=500, n_classes=n_classes, seed=6)
+    labels = np.array(["ant", "bee", "cat"])[:n_classes]
+    model = TemperatureScaling(device="cpu").fit(X, labels[y])
+    shared = set(get_scorers()) & set(sklearn_scorer_names())
+    assert "neg_log_loss" in shared
+    for name in sorted(shared):
+        assert get_scorer(name)(model, X, labels[y]) == pytest.approx(
+            sklearn_get_scorer(name)(model, X, labels[y]), rel=1e-12
+        ), name
+    # scikit-learn's neg_brier_score is returned as is: for two classes it is
+    # half the multiclass Brier score, the library's neg_multiclass_brier_score.
+    # (integer labels: scikit-learn's binary Brier score needs a pos_label
+    # for strings)
+    model = TemperatureScaling(device="cpu").fit(X, y)
+    proba = model.predict_proba(X)
+    sklearn_value = sklearn_get_scorer("neg_brier_score")(model, X, y)
+    assert get_scorer("neg_brier_score")(model, X, y) == sklearn_value
+    factor = 0.5 if n_classes == 2 else 1.0
+    assert sklearn_value == pytest.approx(-factor * brier_score(y, proba), rel=1e-12)
+    assert get_scorer("neg_multiclass_brier_score")(model, X, y) == pytest.approx(
+        -brier_score(y, proba), rel=1e-12
+    )
+
+
+def test_string_names_fail_in_sklearn_and_get_scorers_is_the_answer(logits_y):
+    # The pitfall the docstrings describe: scikit-learn does not know the names.
     X, y = logits_y
-    proba = fitted.predict_proba(X)
-    assert get_scorer("neg_log_loss")(fitted, X, y) == pytest.approx(
-        -log_loss(y, proba)
+    search = GridSearchCV(
+        TemperatureScaling(device="cpu"),
+        {"max_iter": [50]},
+        scoring="neg_expected_calibration_error",
     )
-    assert get_scorer("neg_brier_score")(fitted, X, y) == pytest.approx(
-        -brier_score(y, proba)
+    with pytest.raises(InvalidParameterError, match="scoring"):
+        search.fit(X, y)
+    scorers = get_scorers()
+    assert sorted(scorers) == OUR_NAMES
+    results = cross_validate(
+        TemperatureScaling(device="cpu"), X, y, cv=3, scoring=scorers
     )
+    folds = list(StratifiedKFold(3).split(X, y))
+    for name in OUR_NAMES:
+        metric = dict(all_metrics())[{v: k for k, v in SCORER_OF.items()}[name]]
+        for i, (train, test) in enumerate(folds):
+            model = TemperatureScaling(device="cpu").fit(X[train], y[train])
+            assert results[f"test_{name}"][i] == pytest.approx(
+                -metric(y[test], model.predict_proba(X[test])), rel=1e-9
+            )
+    search = GridSearchCV(
+        TemperatureScaling(device="cpu"),
+        {"max_iter": [50, 100]},
+        scoring=get_scorers(["neg_expected_calibration_error", "accuracy"]),
+        refit="neg_expected_calibration_error",
+        cv=3,
+    ).fit(X, y)
+    assert {"mean_test_neg_expected_calibration_error", "mean_test_accuracy"} <= set(
+        search.cv_results_
+    )
+
+
+def test_get_scorers_names():
+    chosen = get_scorers(["neg_log_loss", "roc_auc_ovr", "neg_brier_score"])
+    assert list(chosen) == ["neg_log_loss", "roc_auc_ovr", "neg_brier_score"]
+    assert repr(chosen["neg_brier_score"]) == repr(
+        sklearn_get_scorer("neg_brier_score")
+    )
+    assert get_scorers()["neg_log_loss"] is not get_scorers()["neg_log_loss"]
+    with pytest.raises(TypeError, match="list of scorer names"):
+        get_scorers("neg_log_loss")
+    with pytest.raises(ValueError, match="get_scorer_names"):
+        get_scorers(["neg_log_los"])
 
 
 def test_grid_search_with_two_calibration_scorers(logits_y):
@@ -160,7 +236,7 @@ def test_binary_scorer_reads_the_positive_column():
     for name, metric in [
         ("neg_expected_calibration_error", expected_calibration_error),
         ("neg_smooth_calibration_error", smooth_calibration_error),
-        ("neg_brier_score", brier_score),
+        ("neg_multiclass_brier_score", brier_score),
     ]:
         assert get_scorer(name)(model, X, labels[y]) == pytest.approx(
             -metric(y, proba), rel=1e-9

@@ -13,7 +13,7 @@ from sklearn_calib import SMART, TemperatureScaling
 from sklearn_calib.metrics import expected_calibration_error
 from sklearn_calib.utils._testing import make_logits
 
-from .conftest import load_shared
+from .conftest import load_shared, torch_jit_script
 
 torch = pytest.importorskip("torch")
 
@@ -386,7 +386,7 @@ def test_to_torch_matches_transform_and_scripts():
     module = smart.to_torch()
     out = module(torch.from_numpy(X))
     np.testing.assert_allclose(out.detach().numpy(), smart.transform(X), atol=1e-12)
-    scripted = torch.jit.script(module)
+    scripted = torch_jit_script(module)
     X32 = X.astype(np.float32)
     out32 = scripted(torch.from_numpy(X32))
     assert out32.dtype == torch.float32
@@ -512,3 +512,126 @@ def test_better_than_temperature_scaling_on_most_cifar_sets():
 def test_clone_keeps_parameters():
     smart = SMART(hidden_sizes=(16, 16), loss="nll", sigma=0.02, random_state=5)
     assert clone(smart).get_params() == smart.get_params()
+
+
+# --- masked classes, extreme values, weight scale ---------------------------------
+
+
+def test_float32_masked_at_finfo_min_trains_like_unmasked():
+    # Found: the loss was NaN after the first step (0 * -inf in the shifted
+    # logits) and the initial network was returned silently (T ~ 0.83 where
+    # the unmasked fit gives 4.30).
+    X, y = make_logits(n_samples=1500, n_classes=10, seed=21, dtype=np.float32)
+    lowest = np.finfo(np.float32).min
+    masked = np.hstack([X, np.full((1500, 20), lowest, dtype=np.float32)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = fast(max_iter=300).fit(X, y)
+        ours = fast(max_iter=300).fit(masked, y)
+    assert np.all(np.isfinite(ours.loss_curve_))
+    np.testing.assert_allclose(ours.loss_curve_, plain.loss_curve_, rtol=1e-4)
+    np.testing.assert_allclose(
+        ours.predict_temperature(masked), plain.predict_temperature(X), rtol=1e-4
+    )
+    # and training did move away from the initial network
+    assert plain.best_loss_ < 0.9 * plain.loss_curve_[0]
+
+
+def test_single_unmasked_class_rows_get_the_mean_margin_temperature():
+    X, y = make_logits(n_samples=400, n_classes=4, seed=22)
+    sure = np.arange(400) % 5 == 0
+    masked = X.copy()
+    masked[sure] = -np.inf
+    masked[sure, y[sure]] = X[sure, y[sure]]
+    smart = fast().fit(masked, y)
+    # the standardisation sees the rows with a finite margin only
+    margins = np.sort(X[~sure], axis=1)
+    gaps = margins[:, -1] - margins[:, -2]
+    assert smart.margin_mean_ == pytest.approx(gaps.mean(), rel=1e-12)
+    assert smart.margin_std_ == pytest.approx(gaps.std(), rel=1e-12)
+    temperature = smart.predict_temperature(masked)
+    mean_margin_row = np.array([[smart.margin_mean_, 0.0, 0.0, 0.0]])
+    assert np.all(np.isfinite(temperature))
+    np.testing.assert_allclose(
+        temperature[sure], smart.predict_temperature(mean_margin_row)[0], rtol=1e-12
+    )
+    np.testing.assert_array_equal(smart.predict_proba(masked)[sure], np.eye(4)[y[sure]])
+    module = smart.to_torch()
+    np.testing.assert_allclose(
+        module(torch.from_numpy(masked)).detach().exp().numpy(),
+        smart.predict_proba(masked),
+        rtol=1e-9,
+        atol=1e-12,
+    )
+
+
+def test_nll_loss_with_a_masked_label_is_an_error():
+    X, y = make_logits(n_samples=200, n_classes=3, seed=23)
+    X[5, y[5]] = -np.inf
+    with pytest.raises(ValueError, match="Sample 5 is labelled with a class whose"):
+        fast(loss="nll").fit(X, y)
+    # The calibration-error losses only read the confidence: a masked label
+    # is a wrong prediction like any other.
+    assert np.isfinite(fast().fit(X, y).best_loss_)
+
+
+def test_margins_beyond_float64_are_an_error_by_name():
+    X, y = make_logits(n_samples=200, n_classes=3, seed=24)
+    X[3] = [1.5e308, -1.5e308, -1.6e308]
+    with pytest.raises(ValueError, match="overflows float64 in row 3"):
+        fast().fit(X, y)
+
+
+@pytest.mark.parametrize("magnitude", [1e154, 1e300, 1e308])
+def test_huge_logits_fit(magnitude):
+    # Found: FloatingPointError ('the SMART loss is not finite at any step') at
+    # 1e308. At such scales every confidence is 1 at every temperature >= 0.1.
+    X, y = make_logits(n_samples=300, n_classes=3, seed=25)
+    huge = X / np.abs(X).max() * magnitude
+    smart = fast().fit(huge, y)
+    assert np.isfinite(smart.margin_std_)
+    proba = smart.predict_proba(huge)
+    assert np.all(np.isfinite(proba))
+    np.testing.assert_array_equal(proba.argmax(axis=1), huge.argmax(axis=1))
+
+
+def test_weights_of_any_scale_are_no_weights():
+    # Found: weights of 1e305 changed the probabilities by 0.008 (the weight
+    # sum overflowed) and lost the small-sample warning (the effective sample
+    # size was inf / inf).
+    X, y = make_logits(n_samples=300, n_classes=3, seed=26)
+    plain = fast().fit(X, y)
+    for weight in (1e305, 1e-310):
+        with pytest.warns(UserWarning, match=r"300 \(effective\)"):
+            weighted = fast().fit(X, y, sample_weight=np.full(300, weight))
+        np.testing.assert_allclose(
+            weighted.predict_proba(X), plain.predict_proba(X), rtol=1e-12, atol=1e-15
+        )
+
+
+def test_a_loss_that_turns_nan_warns_and_keeps_the_best_finite_step(monkeypatch):
+    from sklearn.exceptions import ConvergenceWarning
+
+    from sklearn_calib._torch import _smart
+
+    X, y = make_logits(n_samples=300, n_classes=3, seed=27)
+    evaluate = _smart.evaluate
+    calls = []
+
+    def nan_from_step_5(problem, network, loss, bins, out):
+        grad = evaluate(problem, network, loss, bins, out)
+        calls.append(None)
+        if len(calls) > 5:
+            out.fill_(float("nan"))
+            grad.fill_(float("nan"))
+        return grad
+
+    monkeypatch.setattr(_smart, "evaluate", nan_from_step_5)
+    with pytest.warns(ConvergenceWarning, match="NaN or infinite at step 5 of 60"):
+        smart = fast().fit(X, y)
+    assert np.all(np.isfinite(smart.loss_curve_[:5]))
+    assert np.all(np.isnan(smart.loss_curve_[5:]))
+    assert smart.best_loss_ == np.min(smart.loss_curve_[:5])
+    monkeypatch.undo()
+    reference = fast(max_iter=5).fit(X, y)
+    np.testing.assert_array_equal(smart.predict_proba(X), reference.predict_proba(X))

@@ -14,7 +14,7 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn_calib import TemperatureScaling
 from sklearn_calib.utils._testing import make_logits
 
-from .conftest import load_shared
+from .conftest import load_shared, torch_jit_script
 
 # Fitted T on the val part of every public set (../shared/data/PROVENANCE.md).
 PUBLISHED_T = {
@@ -262,7 +262,7 @@ def test_to_torch_matches_transform_and_scripts():
     np.testing.assert_allclose(
         module(torch.from_numpy(X)).numpy(), expected, atol=1e-12
     )
-    scripted = torch.jit.script(module)
+    scripted = torch_jit_script(module)
     np.testing.assert_allclose(
         scripted(torch.from_numpy(X)).numpy(), expected, atol=1e-12
     )
@@ -284,3 +284,193 @@ def test_no_warning_on_ordinary_fit():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         TemperatureScaling(device="cpu").fit(X, y)
+
+
+# --- masked classes, extreme values, weight scale, large row counts ----------------
+
+
+def _no_warnings_fit(X, y, **fit_params):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return TemperatureScaling(device="cpu").fit(X, y, **fit_params)
+
+
+@pytest.mark.parametrize("fill", [-np.inf, -1e9, np.finfo(np.float32).min])
+def test_masked_vocabulary_leaves_T_unchanged(fill):
+    # 20 real columns and 1,980 masked ones (a language model's vocabulary
+    # restricted to 20 answers): the fit of the 20 columns, without a false
+    # 'every sample classified correctly' warning. Found with fill -1e9:
+    # T = 9.9e4 (the bracket followed the fill's scale).
+    X, y = make_logits(n_samples=1000, n_classes=20, seed=12)
+    masked = np.hstack([X, np.full((1000, 1980), fill)])
+    expected = float64_optimal_temperature(X, y)
+    ts = _no_warnings_fit(masked, y)
+    assert ts.temperature_ == pytest.approx(expected, rel=1e-10)
+    proba = ts.predict_proba(masked)
+    assert np.all(proba[:, 20:] == 0)
+    np.testing.assert_allclose(
+        proba[:, :20], np.exp(scipy_log_softmax(X / expected, axis=1)), rtol=1e-8
+    )
+
+
+def test_masked_fill_on_an_under_confident_model():
+    # Found: fill -1e4 gave T = 0.99 instead of 0.406 (T was bounded below by
+    # 1e-4 times the fill's scale).
+    X, y = make_logits(n_samples=2000, n_classes=20, overconfidence=0.4, seed=13)
+    expected = float64_optimal_temperature(X, y)
+    assert expected < 0.5
+    for fill in (-1e4, -1e6, -np.inf):
+        masked = np.hstack([X, np.full((2000, 1980), fill)])
+        assert _no_warnings_fit(masked, y).temperature_ == pytest.approx(
+            expected, rel=1e-10
+        )
+
+
+def test_rows_with_a_single_unmasked_class():
+    # Rows that can only be one class carry no information about T; rows of
+    # the label's class only: the fit of the other rows, and one-hot outputs.
+    X, y = make_logits(n_samples=600, n_classes=5, seed=14)
+    sure = np.arange(600) % 4 == 0
+    masked = X.copy()
+    masked[sure] = -np.inf
+    masked[sure, y[sure]] = X[sure, y[sure]]
+    ts = _no_warnings_fit(masked, y)
+    assert ts.temperature_ == pytest.approx(
+        float64_optimal_temperature(X[~sure], y[~sure]), rel=1e-10
+    )
+    np.testing.assert_array_equal(ts.predict_proba(masked)[sure], np.eye(5)[y[sure]])
+
+
+def test_label_on_a_masked_class_is_an_error_unless_weightless():
+    X, y = make_logits(n_samples=300, n_classes=4, seed=15)
+    X[7, y[7]] = -np.inf
+    with pytest.raises(ValueError, match="Sample 7 is labelled with a class whose"):
+        TemperatureScaling(device="cpu").fit(X, y)
+    weights = np.ones(300)
+    weights[7] = 0.0
+    ts = TemperatureScaling(device="cpu").fit(X, y, sample_weight=weights)
+    keep = np.arange(300) != 7
+    assert ts.temperature_ == pytest.approx(
+        float64_optimal_temperature(X[keep], y[keep]), rel=1e-10
+    )
+
+
+def test_only_single_class_rows_is_constant():
+    X = np.full((6, 3), -np.inf)
+    X[np.arange(6), np.arange(6) % 3] = 1.0
+    with pytest.warns(UserWarning, match="single finite logit"):
+        ts = TemperatureScaling(device="cpu").fit(X, np.arange(6) % 3)
+    assert ts.temperature_ == 1.0
+
+
+@pytest.mark.parametrize(
+    "dtype, magnitude", [(np.float32, 3e38), (np.float64, 1e308), (np.float64, 1e300)]
+)
+def test_logits_near_the_float_range_fit(dtype, magnitude):
+    # Found: OverflowError ('cannot convert float infinity to integer') from
+    # the power-of-two rescaling, whose scale overflowed in the shift z - max z.
+    X, y = make_logits(n_samples=1000, n_classes=5, seed=4)
+    factor = magnitude / np.abs(X).max()
+    huge = (X * factor).astype(dtype)
+    reference = float64_optimal_temperature(huge.astype(np.float64) / factor, y)
+    ts = _no_warnings_fit(huge, y)
+    rel = 1e-6 if dtype == np.float32 else 1e-10
+    assert ts.temperature_ / factor == pytest.approx(reference, rel=rel)
+    proba = ts.predict_proba(huge)
+    np.testing.assert_allclose(
+        proba, np.exp(scipy_log_softmax(X / reference, axis=1)), rtol=1e-4, atol=1e-6
+    )
+    torch = pytest.importorskip("torch")
+    module_proba = ts.to_torch()(torch.from_numpy(huge)).exp().numpy()
+    np.testing.assert_allclose(module_proba, proba, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("spread", [1e-40, 1e-44])
+def test_float32_subnormal_spread_fits_and_predicts(spread):
+    # Found: T = 4.6e-41 was fitted, then predict refused the same logits
+    # ("input logits are too large"): 1 / T is beyond float32's range.
+    X, y = make_logits(n_samples=1000, n_classes=5, seed=4)
+    factor = spread / np.abs(X).max()
+    tiny = (X * factor).astype(np.float32)
+    representable = tiny.astype(np.float64) / factor  # rounded to subnormals
+    reference = float64_optimal_temperature(representable, y)
+    ts = _no_warnings_fit(tiny, y)
+    assert ts.temperature_ / factor == pytest.approx(reference, rel=1e-5)
+    expected = np.exp(scipy_log_softmax(representable / reference, axis=1))
+    proba = ts.predict_proba(tiny)
+    assert proba.dtype == np.float32
+    np.testing.assert_allclose(proba, expected, rtol=1e-4, atol=1e-6)
+    torch = pytest.importorskip("torch")
+    module = ts.to_torch()
+    assert module.split_scale
+    module_proba = module(torch.from_numpy(tiny)).exp().numpy()
+    np.testing.assert_allclose(module_proba, expected, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("weight", [1e-310, 5e-324, 1e-300, 1e300])
+def test_equal_weights_of_any_scale(weight):
+    # Found: weights of 1e-310 gave T = 0.0015 instead of 2.47, with a warning
+    # that every sample was classified correctly.
+    X, y = make_logits(n_samples=2000, n_classes=6, seed=2)
+    ts = _no_warnings_fit(X, y, sample_weight=np.full(len(y), weight))
+    assert ts.temperature_ == pytest.approx(
+        float64_optimal_temperature(X, y), rel=1e-12
+    )
+
+
+def test_sampled_rows_of_zero_weight_do_not_hide_the_scale():
+    # The bracket is measured on evenly spaced rows of positive weight.
+    X, y = make_logits(n_samples=20000, n_classes=4, seed=5)
+    weights = np.zeros(len(y))
+    weights[1::7] = 1.0
+    ts = _no_warnings_fit(X, y, sample_weight=weights)
+    assert ts.temperature_ == pytest.approx(
+        float64_optimal_temperature(X[1::7], y[1::7]), rel=1e-10
+    )
+
+
+def _exact_spaced_rows(n_rows, n_sample):
+    # round(i (n - 1) / (m - 1)), half up, in Python integers
+    span = n_sample - 1
+    return np.array(
+        [(2 * i * (n_rows - 1) + span) // (2 * span) for i in range(n_sample)]
+    )
+
+
+@pytest.mark.parametrize(
+    "n_rows",
+    [
+        2**24 - 1,
+        2**24 + 1,
+        2**24 + 3,
+        20_000_000,
+        2**25 - 1,
+        33_554_433,
+        123_456_789,
+        10**9 + 7,
+        2**31 + 11,
+        2**40 + 1,
+        2**53 // 4096 + 5,
+    ],
+)
+def test_spaced_rows_are_exact_above_2_to_the_24(n_rows):
+    # Found: a float32 linspace rounded the last index of 2e7 rows up to
+    # 20,000,000, one past the end (IndexError in the fit of 2e7 x 10 float32).
+    torch = pytest.importorskip("torch")
+    from sklearn_calib._torch._temperature import WARM_START_ROWS, _spaced_rows
+
+    rows = _spaced_rows(n_rows, torch.device("cpu")).numpy()
+    assert rows.dtype == np.int64
+    assert rows[0] == 0 and rows[-1] == n_rows - 1
+    assert np.all(np.diff(rows) > 0)
+    np.testing.assert_array_equal(rows, _exact_spaced_rows(n_rows, WARM_START_ROWS))
+
+
+def test_spaced_rows_of_small_problems_are_every_row():
+    torch = pytest.importorskip("torch")
+    from sklearn_calib._torch._temperature import WARM_START_ROWS, _spaced_rows
+
+    for n_rows in (1, 7, WARM_START_ROWS):
+        np.testing.assert_array_equal(
+            _spaced_rows(n_rows, torch.device("cpu")).numpy(), np.arange(n_rows)
+        )

@@ -15,7 +15,38 @@ Objective (convex in theta), with the weights w_i normalised to sum to 1:
 The ODIR penalty of Kull et al. (2019), lambda/(K(K-1)) sum_{j!=k} W_jk^2 +
 mu/K sum_k b_k^2, is rho = 2 lambda/(K(K-1)) on the off-diagonal of W and 2 mu/K
 on b. The label part sum_{i: y_i = k} w_i x_ik of the gradient (and of the loss)
-does not depend on theta and is computed once.
+does not depend on theta and is computed once. Normalising the weights makes
+the fit independent of their scale, and the penalty's weight relative to the
+NLL with it.
+
+Masked classes. An optional boolean mask marks entries whose logit is -inf:
+their calibrated logit is -inf whatever theta (probability exactly 0), and the
+features hold a finite stand-in there (the caller's convention: 0 for the
+vector map, the row's lowest unmasked feature for the matrix map) so that every
+product stays finite. Columns masked in every row are left out of the solve.
+
+Scale. The solve runs on the features multiplied by an exact power of two c
+when their typical spread (the median gap between each row's two largest
+unmasked features) or their magnitude lies far outside [2**-32, 2**32]: the
+map is the same with theta_coef / c, and the off-diagonal penalty becomes
+rho c^2 (also a power of two), so the rescaled problem is exactly the stated
+one. Logits of 1e155 and beyond would otherwise square to infinity in the
+Hessian; logits of 1e-300 would leave every gradient below any tolerance.
+
+Start. theta = (beta * identity, 0), beta the exact temperature-scaling
+solution of the same (masked) problem: a bracketed Newton iteration in
+log(beta) along that ray, warm-started on evenly spaced rows.
+
+Classes without a finite optimum (vector map). The NLL has no minimiser in
+(w_k, b_k) when class k has no calibration sample (its probability should go
+to 0) or when its own logit separates its samples from all others (a
+threshold on z_k; its scale should go to infinity). With few samples per class
+(large vocabularies) most classes are of this kind, and an unbounded solve
+crawls for ever towards infinity. Those classes are found exactly, in one
+pass, and kept at the start (w_k = beta, b_k = 0); the solve runs over the
+other classes. Frozen classes whose probability is exactly 0 on every row
+(masked, or a sentinel far below the row maximum) are dropped from the passes
+altogether: they cannot change any other class's probability.
 
 One evaluation (loss and gradient) is one pass over the features, row block by
 row block, into preallocated block buffers: the affine map, the row maximum,
@@ -26,23 +57,35 @@ float32 features get the speed of float32 until the gradient reaches float32's
 rounding floor; the last iterations then run on row blocks converted to float64,
 so the result is as exact as a float64 solve, without a float64 copy of the data.
 
-Solvers, both started from the exact temperature solution (W = I / T, b = 0)
-and both ending on the largest absolute gradient entry <= tol:
+Solvers, both ending on the largest absolute gradient entry <= tol:
 
-  Newton     when the exact Hessian is cheap (at most _NEWTON_PARAMS parameters:
-             binary problems, vector scaling up to 64 classes, matrix scaling
-             up to 10). Quadratic convergence in a handful of passes, in float64.
+  Newton     when the exact Hessian is cheap (at most _NEWTON_PARAMS free
+             parameters: binary problems, vector scaling up to 64 classes,
+             matrix scaling up to 10). Quadratic convergence in a handful of
+             passes, in float64. The directions softmax cannot see are removed
+             exactly (not by a ridge), and the solve also continues while the
+             Newton decrement -g.d predicts a decrease of the loss above
+             max(tol / 100, its rounding error): in a long flat valley the
+             gradient can be tiny while the optimum is still far.
   L-BFGS     otherwise, with a strong-Wolfe line search, preconditioned by the
-             Hessian block of each class at the start (2 x 2 for the vector map,
-             (K+1) x (K+1) for the matrix map on a subsample of rows, their
-             diagonals beyond _BLOCK_CLASSES classes), so that the first step
-             is close to a Newton step and step 1 is usually accepted.
+             Hessian block of each class: 2 x 2 for the vector map, exact and
+             recomputed at every point (three more column sums in the same
+             pass); (K+1) x (K+1) for the matrix map at the start, on a
+             subsample of rows (their diagonals beyond _BLOCK_CLASSES classes).
+             The first step is then close to a Newton step and step 1 is
+             usually accepted. Every pass costs O(N K) (vector) or O(N K^2)
+             (matrix), and nothing else grows faster than the parameters.
 
 Unregularised, softmax(W z + b) is unchanged by adding a constant to every entry
 of b, or the same row vector to every row of W. The exact gradient is orthogonal
 to those directions and every step is projected off them, so iterates started
 at (I / T, 0) keep the component they start with: the fitted map is the optimum
-nearest to that start (the biases of vector scaling sum to zero).
+nearest to that start (the biases of vector scaling sum to zero when no class
+is frozen).
+
+Every loop is bounded (iterations, line-search trials, ridge increases); a
+non-finite loss or gradient at the start raises FloatingPointError, which the
+estimators turn into a ValueError naming the input.
 """
 
 import math
@@ -51,20 +94,29 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ._temperature import fit_inverse_temperature
-
 _CPU_BLOCK_ELEMENTS = 2**20
 _CUDA_BLOCK_ELEMENTS = 2**27
-# Newton when the parameters are few (vector scaling up to 64 classes, matrix
-# scaling up to 10) and one Hessian costs at most _NEWTON_WORK multiply-adds
-# (rows times parameters squared). Beyond that, preconditioned L-BFGS is faster
-# on the bundled real logits, while Newton stays far more robust on small
-# unregularised matrix problems (hundreds of L-BFGS iterations there).
+# Newton when the free parameters are few (vector scaling up to 64 classes,
+# matrix scaling up to 10) and one Hessian costs at most _NEWTON_WORK
+# multiply-adds (rows times parameters squared). Beyond that, preconditioned
+# L-BFGS is faster on the bundled real logits, while Newton stays far more
+# robust on small unregularised matrix problems (hundreds of L-BFGS iterations
+# there).
 _NEWTON_WORK = 2**29
 _NEWTON_PARAMS = 128
 # Curvatures below this fraction of the largest one are floored: a class with
 # no calibration samples and vanishing probability has (almost) no curvature.
 _CURVATURE_FLOOR = 1e-9
+# Newton's ridge, on the Hessian scaled to a unit diagonal, starts at _RIDGE
+# (the exact null directions are handled without it) and grows by 100 at most
+# _RIDGE_TRIES times; past that the step is a plain gradient step.
+_RIDGE = 1e-12
+_RIDGE_TRIES = 8
+# Newton also continues while the decrement predicts a decrease of the loss
+# above _DECREASE * tol: in a long flat valley (unregularised matrix scaling
+# on CIFAR-10 ResNet-56) the gradient falls below tol while the loss is still
+# 7e-4 above its optimum, and Newton then converges only linearly.
+_DECREASE = 1e-2
 _HISTORY = 10
 # Rows used for the Hessian blocks that precondition L-BFGS on the matrix map,
 # and the number of classes up to which the blocks are affordable (they cost
@@ -87,6 +139,16 @@ _PATIENCE = 10
 # 100; where float32 keeps converging fast, its cheaper passes are kept).
 _FLOAT64_SWITCH = 10.0
 _SWITCH_PATIENCE = 3
+# Features whose typical spread lies outside this range (or whose row maxima
+# exceed _MAX_OFFSET times the spread) are rescaled by a power of two first.
+_SAFE_SCALE_LOG2 = 32
+_MAX_OFFSET_LOG2 = 40
+# The start: beta within [1e-4, 1e4] / spread, at most _START_ITER Newton
+# iterations, warm-started on _WARM_START_ROWS evenly spaced rows.
+_BETA_RANGE = (1e-4, 1e4)
+_START_ITER = 60
+_WARM_START_ROWS = 2048
+_MAX_LOG_STEP = 3.0
 
 
 @dataclass
@@ -97,17 +159,105 @@ class AffineFit:
     gradient: float  # largest absolute gradient entry at the solution
     n_iter: int
     n_evals: int  # passes over the data (loss-and-gradient evaluations)
-    solver: str  # "newton" or "lbfgs"
+    solver: str  # "newton", "lbfgs" or "none" (nothing left to solve)
     status: str  # "converged", "max_iter" or "stalled"
+    start: float  # inverse temperature of the start, in the input's units
+    scale: float  # the power of two the features were multiplied by
+    decrement: float = 0.0  # Newton decrement -g.d at the last Newton point
+    n_absent: int = 0  # classes without calibration samples, kept at the start
+    n_separable: int = 0  # classes their own logit separates, kept at the start
+
+
+def _spaced_rows(n_rows, count, device):
+    """Up to ``count`` evenly spaced row indices, in exact integer arithmetic.
+
+    (A float32 ``linspace`` rounds indices beyond 2**24 rows, up to n_rows.)
+    """
+    if n_rows <= count:
+        return torch.arange(n_rows, device=device)
+    steps = torch.arange(count, device=device, dtype=torch.int64)
+    return steps * (n_rows - 1) // (count - 1)
+
+
+def _exp_below_max_(shifted, exp_floor):
+    """exp of row-max-shifted values in place; below ``exp_floor`` exactly 0.
+
+    exp is many times slower where it underflows, hence the clamp; the clamped
+    entries then become exactly 0 rather than exp(exp_floor), so that a huge
+    finite logit (a mask sentinel such as -1e38) times its probability is 0,
+    not a large number.
+    """
+    shifted.clamp_(min=exp_floor).exp_()
+    return torch.nn.functional.threshold_(shifted, math.exp(exp_floor + 0.01), 0.0)
+
+
+def _exp_floor(dtype):
+    # Shifted logits below the floor add nothing that a row sum of at least 1
+    # can hold.
+    return -80.0 if dtype in (torch.float32, torch.float16, torch.bfloat16) else -700.0
+
+
+def _spread_log2(features, mask):
+    """log2 of the features' typical spread and of their largest row maximum.
+
+    The spread is the median, over rows with two unmasked entries, of the gap
+    between the two largest: a mask sentinel (-1e9, finfo.min) is never one
+    of them unless its row has a single real class, so it does not inflate
+    the scale. Either value is None when undefined (constant features).
+    """
+    n_rows, n_classes = features.shape
+    step = max(1, _CPU_BLOCK_ELEMENTS // n_classes)
+    gaps = []
+    top = 0.0
+    for start in range(0, n_rows, step):
+        x = features[start : start + step]
+        if mask is not None:
+            x = x.masked_fill(mask[start : start + step], float("-inf"))
+        values = x.topk(2, dim=1).values.to(torch.float64)
+        # Halves: the difference of two halved float64 numbers cannot overflow.
+        gaps.append(values[:, 0] * 0.5 - values[:, 1] * 0.5)
+        top = max(top, float(values[:, 0].abs().max()))
+    gap = torch.cat(gaps)
+    gap = gap[torch.isfinite(gap) & (gap > 0)]
+    spread = None
+    if gap.numel():
+        spread = math.log2(float(gap.median())) + 1.0
+    return spread, (math.log2(top) if top > 0 else None)
+
+
+def _rescale_exponent(features, mask):
+    """Exponent e such that features * 2**e have a spread near 1 (0: leave)."""
+    spread, top = _spread_log2(features, mask)
+    if spread is None and top is None:
+        return 0
+    candidates = [v for v in (spread, None if top is None else top - _MAX_OFFSET_LOG2)]
+    level = max(v for v in candidates if v is not None)
+    if spread is not None and -_SAFE_SCALE_LOG2 <= level <= _SAFE_SCALE_LOG2:
+        return 0
+    if spread is None and level <= _SAFE_SCALE_LOG2:
+        return 0
+    return -round(level)
+
+
+def _times_power_of_two(tensor, exponent):
+    """tensor * 2**exponent, in two factors so that neither overflows."""
+    half = exponent // 2
+    return tensor * (2.0**half) * (2.0 ** (exponent - half))
 
 
 class _Objective:
-    """Weighted NLL (+ penalty) of softmax of an affine map, with derivatives."""
+    """Weighted NLL (+ penalty) of softmax of an affine map, with derivatives.
 
-    def __init__(self, features, y, weights, kind, reg_lambda=0.0, reg_mu=0.0):
+    ``frozen`` (vector map) marks classes whose parameters stay at the start;
+    ``project`` zeroes their directions, and ``free`` indexes the others.
+    """
+
+    def __init__(self, features, y, weights, kind, rho_coef, rho_bias, mask=None):
         n_rows, n_classes = features.shape
         device = features.device
         self.features = features
+        self.mask = mask
+        self.y = y
         self.kind = kind
         self.n_classes = n_classes
         self.dtype = features.dtype
@@ -118,6 +268,10 @@ class _Objective:
         self._buffers = {}
         self.shape = (n_classes, 2 if kind == "vector" else n_classes + 1)
         self.n_evals = 0
+        self.frozen = None
+        self.free = None
+        self.track_curvature = False
+        self.last_curvature = None
 
         label = torch.zeros(self.shape, dtype=torch.float64, device=device)
         label[:, -1].index_add_(0, y, self.weights64)
@@ -134,25 +288,60 @@ class _Objective:
 
         rho = torch.zeros(self.shape, dtype=torch.float64, device=device)
         if kind == "matrix" and n_classes > 1:
-            rho[:, :-1] = 2.0 * reg_lambda / (n_classes * (n_classes - 1))
+            rho[:, :-1] = rho_coef
             rho[:, :-1].fill_diagonal_(0.0)
-            rho[:, -1] = 2.0 * reg_mu / n_classes
+            rho[:, -1] = rho_bias
         self.rho = rho
         # Without an off-diagonal penalty, adding the same row vector to every
         # row of W changes nothing; adding a constant to every bias never does.
-        self.free_rows = kind == "matrix" and reg_lambda == 0
+        self.free_rows = kind == "matrix" and rho_coef == 0
+
+    def freeze(self, frozen):
+        """Keep the classes marked in ``frozen`` (bool, (K,)) where they are."""
+        if frozen is None or not bool(frozen.any()):
+            self.frozen = self.free = None
+            return
+        self.frozen = frozen
+        self.free = torch.nonzero(~frozen).squeeze(1)
 
     def project(self, direction):
-        """Remove the components along which softmax(f) cannot change.
+        """Remove the components along which the objective cannot change.
 
         The exact gradient has none; rounding has a little, which a Newton
-        step with a small ridge would otherwise amplify.
+        step would otherwise amplify. Frozen classes do not move. With a
+        frozen class (whose bias stays put) a shift of the other biases is
+        no longer invisible, so only then are the biases left alone.
         """
         direction = direction.clone()
-        direction[:, -1] -= direction[:, -1].mean()
+        if self.frozen is not None:
+            direction[self.frozen] = 0.0
+        else:
+            direction[:, -1] -= direction[:, -1].mean()
         if self.free_rows:
             direction[:, :-1] -= direction[:, :-1].mean(dim=0, keepdim=True)
         return direction
+
+    def null_basis(self):
+        """Orthonormal basis of the projected-out directions, over free parameters.
+
+        Columns of a (F P, m) matrix in the layout of theta[free].reshape(-1),
+        or None.
+        """
+        n_free = self.n_classes if self.free is None else int(self.free.numel())
+        p = self.shape[1]
+        columns = []
+        if self.frozen is None:
+            bias = torch.zeros((n_free, p), dtype=torch.float64)
+            bias[:, -1] = 1.0 / math.sqrt(n_free)
+            columns.append(bias.reshape(-1))
+        if self.free_rows:
+            for j in range(p - 1):
+                shift = torch.zeros((n_free, p), dtype=torch.float64)
+                shift[:, j] = 1.0 / math.sqrt(n_free)
+                columns.append(shift.reshape(-1))
+        if not columns:
+            return None
+        return torch.stack(columns, dim=1).to(self.features.device)
 
     @property
     def loss_noise(self):
@@ -198,17 +387,24 @@ class _Objective:
             return torch.addcmul(bias, x, coef.squeeze(1), out=out)
         return torch.addmm(bias, x, coef.T, out=out)
 
+    def _masked(self, out, rows):
+        """Masked entries of a block of calibrated logits become -inf."""
+        if self.mask is not None:
+            out.masked_fill_(self.mask[rows], float("-inf"))
+        return out
+
     def evaluate(self, theta, *, curvature=False):
-        """Loss, gradient and (vector map, optionally) the 2 x 2 Hessian blocks.
+        """Loss, projected gradient and (vector map, optionally) 2 x 2 blocks.
 
         The blocks are sum_i w_i q_ik (1 - q_ik) times (z_ik^2, z_ik, 1).
+        With ``track_curvature`` set they are computed on every evaluation
+        and kept as ``last_curvature``.
         """
         self.n_evals += 1
+        curvature = curvature or self.track_curvature
         dtype = self.dtype
         buffer, converted, weights = self._buffers_for(dtype)
-        # Shifted logits below the floor add nothing that a row sum of at least
-        # 1 can hold, and exp is many times slower where it underflows.
-        exp_floor = -80.0 if dtype == torch.float32 else -700.0
+        exp_floor = _exp_floor(dtype)
         loss = torch.zeros((), dtype=torch.float64, device=theta.device)
         grad = torch.zeros_like(theta)
         curv = None
@@ -221,9 +417,9 @@ class _Objective:
             if converted is not None:
                 x = converted[: x.shape[0]].copy_(x)
             w = weights[rows]
-            out = self._affine(theta, x, out=buffer[: x.shape[0]])
+            out = self._masked(self._affine(theta, x, out=buffer[: x.shape[0]]), rows)
             row_max = out.amax(dim=1, keepdim=True)
-            out.sub_(row_max).clamp_(min=exp_floor).exp_()
+            _exp_below_max_(out.sub_(row_max), exp_floor)
             row_sum = out.sum(dim=1, keepdim=True)
             log_norm = row_sum.log().add_(row_max).squeeze(1)
             loss += torch.dot(self.weights64[rows], log_norm.to(torch.float64))
@@ -245,29 +441,84 @@ class _Objective:
         loss = float(loss - torch.sum(self.label * theta) + penalty)
         grad -= self.label
         grad += self.rho * theta
-        return loss, grad, curv
+        self.last_curvature = curv
+        return loss, self.project(grad), curv
+
+    def class_mass(self, theta):
+        """sum_i w_i q_ik for every class k (float64, exact zeros kept)."""
+        mass = torch.zeros(self.n_classes, dtype=torch.float64, device=theta.device)
+        for rows in self._blocks():
+            _, q = self._probabilities(theta, rows)
+            mass += self.weights64[rows] @ q
+        return mass
+
+    def ray_derivatives(self, beta, rows=None):
+        """L'(beta), L''(beta) along theta = (beta * identity, 0).
+
+        There f_i = beta x_i (masked entries -inf), the temperature-scaling
+        problem: L' = mean_w(E_q[x] - x_y), L'' = mean_w(Var_q[x]). Per row,
+        the features are shifted by their maximum (d <= 0), so exp never
+        overflows and the variance loses little to cancellation. ``rows``: an
+        index tensor of a subsample (with its weights renormalised).
+        """
+        if rows is None:
+            features, mask, y, w = self.features, self.mask, self.y, self.weights64
+        else:
+            features, y, w = self.features[rows], self.y[rows], self.weights64[rows]
+            mask = None if self.mask is None else self.mask[rows]
+            w = w / w.sum().clamp(min=1e-300)
+        exp_floor = _exp_floor(features.dtype)
+        first = second = 0.0
+        n_rows = features.shape[0]
+        step = max(1, _CPU_BLOCK_ELEMENTS // self.n_classes)
+        for start in range(0, n_rows, step):
+            block = slice(start, start + step)
+            d = features[block]
+            if mask is not None:
+                d = d.masked_fill(mask[block], float("-inf"))
+            d = d - d.amax(dim=1, keepdim=True)
+            e = _exp_below_max_(d * beta, exp_floor)
+            if mask is not None:
+                d.masked_fill_(mask[block], 0.0)
+            s0 = e.sum(dim=1).to(torch.float64)
+            e.mul_(d)
+            s1 = e.sum(dim=1).to(torch.float64)
+            s2 = torch.linalg.vecdot(e, d).to(torch.float64)
+            mean = s1 / s0
+            true = d.gather(1, y[block].view(-1, 1)).squeeze(1).to(torch.float64)
+            wb = w[block]
+            first += float((wb * (mean - true)).sum())
+            second += float((wb * (s2 / s0 - mean * mean)).sum())
+        return first, second
 
     def _probabilities(self, theta, rows):
         """float64 features and softmax probabilities of one block of rows."""
         x = self.features[rows].to(torch.float64)
-        return x, torch.softmax(self._affine(theta, x), dim=1)
+        out = self._affine(theta, x)
+        if self.mask is not None:
+            out = out.masked_fill(self.mask[rows], float("-inf"))
+        return x, torch.softmax(out, dim=1)
 
     def hessian(self, theta):
-        """The exact Hessian, (K P, K P) in float64, for the Newton solver."""
+        """The exact Hessian over the free classes, (F P, F P) in float64."""
         k, p = self.shape
-        n_params = k * p
+        free = self.free
+        n_free = k if free is None else int(free.numel())
+        n_params = n_free * p
         hessian = torch.zeros(
             (n_params, n_params), dtype=torch.float64, device=theta.device
         )
         diagonal_blocks = torch.zeros(
-            (k, p, p), dtype=torch.float64, device=theta.device
+            (n_free, p, p), dtype=torch.float64, device=theta.device
         )
-        rows_per_block = max(1, 2**20 // n_params)
+        rows_per_block = max(1, 2**20 // max(n_params, k))
         for rows in self._blocks(rows_per_block):
             x, q = self._probabilities(theta, rows)
             w = self.weights64[rows]
             if self.kind == "vector":
-                xk = torch.stack([x, torch.ones_like(x)], dim=2)  # (n, K, 2)
+                if free is not None:
+                    x, q = x[:, free], q[:, free]
+                xk = torch.stack([x, torch.ones_like(x)], dim=2)  # (n, F, 2)
             else:
                 xa = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
                 xk = xa[:, None, :].expand(-1, k, -1)  # (n, K, K+1)
@@ -275,20 +526,21 @@ class _Objective:
             hessian -= v.T @ (v * w[:, None])
             wq = (w[:, None] * q)[:, :, None] * xk
             diagonal_blocks += torch.einsum("nkp,nkr->kpr", wq, xk)
-        for j in range(k):
+        for j in range(n_free):
             hessian[j * p : (j + 1) * p, j * p : (j + 1) * p] += diagonal_blocks[j]
-        hessian.diagonal().add_(self.rho.reshape(-1))
+        rho = self.rho if free is None else self.rho[free]
+        hessian.diagonal().add_(rho.reshape(-1))
         return hessian
 
     def _preconditioner_rows(self, theta):
         """float64 features, weights and q (1 - q) on evenly spaced rows."""
         n_rows = self.features.shape[0]
-        rows = torch.linspace(
-            0, n_rows - 1, min(n_rows, _PRECONDITIONER_ROWS), device=theta.device
-        )
-        rows = rows.round().long()
+        rows = _spaced_rows(n_rows, _PRECONDITIONER_ROWS, theta.device)
         x = self.features[rows].to(torch.float64)
-        q = torch.softmax(self._affine(theta, x), dim=1)
+        out = self._affine(theta, x)
+        if self.mask is not None:
+            out = out.masked_fill(self.mask[rows], float("-inf"))
+        q = torch.softmax(out, dim=1)
         w = self.weights64[rows]
         w = w / w.sum().clamp(min=1e-300)
         xa = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
@@ -317,6 +569,44 @@ class _Objective:
             scaled = root_c[start : start + group, :, None] * xa
             blocks[start : start + group] = scaled.transpose(1, 2) @ scaled
         return blocks
+
+    def unidentified_classes(self):
+        """Classes whose (w_k, b_k) have no finite optimum (vector map), exactly.
+
+        Returns (absent, separable), boolean (K,). Absent: no sample with
+        positive weight. Separable: some (dw, db) != 0 has dw x_ik + db >= 0
+        on the class's own rows and <= 0 on every other row where x_ik is not
+        masked, strictly somewhere; moving (w_k, b_k) that way lowers every
+        row's NLL, for ever. In one dimension that is a threshold: the largest
+        x_ik of the other rows at most the smallest of the own rows (or the
+        reverse), unless all of them are equal, or no other row.
+        """
+        k = self.n_classes
+        device = self.features.device
+        inf = float("inf")
+        own_min = torch.full((k,), inf, dtype=torch.float64, device=device)
+        own_max = torch.full((k,), -inf, dtype=torch.float64, device=device)
+        other_min = own_min.clone()
+        other_max = own_max.clone()
+        for rows in self._blocks():
+            x = self.features[rows].to(torch.float64)
+            y = self.y[rows]
+            counted = self.weights64[rows] > 0
+            true = x.gather(1, y.view(-1, 1)).squeeze(1)
+            own_min.scatter_reduce_(0, y[counted], true[counted], "amin")
+            own_max.scatter_reduce_(0, y[counted], true[counted], "amax")
+            ignored = (~counted)[:, None].expand_as(x).clone()
+            if self.mask is not None:
+                ignored |= self.mask[rows]
+            ignored.scatter_(1, y.view(-1, 1), True)
+            other_max = torch.maximum(other_max, x.masked_fill(ignored, -inf).amax(0))
+            other_min = torch.minimum(other_min, x.masked_fill(ignored, inf).amin(0))
+        has_own = own_min < inf
+        has_other = other_max > -inf
+        varies = torch.maximum(own_max, other_max) > torch.minimum(own_min, other_min)
+        threshold = (other_max <= own_min) | (own_max <= other_min)
+        separable = has_own & (~has_other | (threshold & varies))
+        return ~has_own, separable
 
 
 class _DiagonalPreconditioner:
@@ -378,17 +668,112 @@ class _BlockPreconditioner:
         return out.reshape(g.shape)
 
 
-def _newton_direction(hessian, grad):
-    """-H^{-1} g, with a relative ridge for the directions softmax cannot see."""
-    scale = float(hessian.diagonal().max().clamp(min=1e-300))
-    ridge = _CURVATURE_FLOOR * scale
+def _newton_direction(objective, theta, grad):
+    """-H^{-1} g over the free parameters, or None where H is unusable.
+
+    H is first scaled to a unit diagonal (the Newton direction does not
+    change): penalties and curvatures can differ by hundreds of orders of
+    magnitude (an ODIR penalty on rescaled tiny logits), and a ridge relative
+    to the largest entry would swamp the others. The directions softmax cannot
+    see (and frozen classes) are handled exactly: H gets the identity on the
+    null directions, whose gradient component is zero. What remains
+    near-singular gets a small relative ridge, raised at most _RIDGE_TRIES
+    times.
+    """
+    hessian = objective.hessian(theta)
+    if not bool(torch.isfinite(hessian).all()):
+        return None
+    free = objective.free
+    g = (grad if free is None else grad[free]).reshape(-1, 1)
+    diagonal = hessian.diagonal()
+    root = torch.where(diagonal > 0, diagonal.sqrt(), torch.ones_like(diagonal))
+    hessian = hessian / root[:, None] / root[None, :]
+    basis = objective.null_basis()
+    if basis is not None:
+        # The null directions v (H v = 0) are v / root in scaled coordinates.
+        basis, _ = torch.linalg.qr(basis * root[:, None])
+        hessian = hessian + basis @ basis.T
     eye = torch.eye(hessian.shape[0], dtype=hessian.dtype, device=hessian.device)
-    factor, info = torch.linalg.cholesky_ex(hessian + ridge * eye)
-    while int(info) != 0:
-        ridge *= 100.0
+    ridge = _RIDGE
+    for _ in range(_RIDGE_TRIES):
         factor, info = torch.linalg.cholesky_ex(hessian + ridge * eye)
-    step = torch.cholesky_solve(grad.reshape(-1, 1), factor)
-    return -step.reshape(grad.shape)
+        if int(info) == 0:
+            step = torch.cholesky_solve(g / root[:, None], factor) / root[:, None]
+            if bool(torch.isfinite(step).all()):
+                break
+        ridge *= 100.0
+    else:
+        return None
+    direction = torch.zeros_like(grad)
+    if free is None:
+        direction[:] = -step.reshape(grad.shape)
+    else:
+        direction[free] = -step.reshape(-1, grad.shape[1])
+    return objective.project(direction)
+
+
+def _ray_newton(objective, beta, lo, hi, rows, rtol):
+    """Bracketed Newton iteration in log(beta) for L'(beta) = 0 on [lo, hi].
+
+    Returns (beta, status) with status "converged", "at_bound" (the loss keeps
+    falling towards lo or hi: a separable or uninformative calibration set)
+    or "flat" (no curvature: constant features, or every row certain).
+    """
+    lo_checked = hi_checked = False
+    previous = float("inf")
+    for _ in range(_START_ITER):
+        g, h = objective.ray_derivatives(beta, rows)
+        if not (math.isfinite(g) and math.isfinite(h)):
+            raise FloatingPointError("non-finite derivative along the start ray")
+        if g > 0:
+            hi, hi_checked = beta, True
+        else:
+            lo, lo_checked = beta, True
+        if g == 0.0:
+            return beta, "converged"
+        if h <= 0.0:
+            return beta, "flat"
+        curvature_u = beta * g + beta * beta * h
+        if curvature_u > 0:
+            step_u = -beta * g / curvature_u
+        else:
+            step_u = -math.copysign(_MAX_LOG_STEP, g)
+        candidate = beta * math.exp(min(max(step_u, -_MAX_LOG_STEP), _MAX_LOG_STEP))
+        # An optimum at a bound: Newton would crawl towards it; one look at
+        # the bound's derivative settles it.
+        if candidate >= hi and not hi_checked:
+            g_hi, _ = objective.ray_derivatives(hi, rows)
+            if g_hi <= 0:
+                return hi, "at_bound"
+            hi_checked = True
+        if candidate <= lo and not lo_checked:
+            g_lo, _ = objective.ray_derivatives(lo, rows)
+            if g_lo >= 0:
+                return lo, "at_bound"
+            lo_checked = True
+        if not lo < candidate < hi:
+            candidate = math.sqrt(lo * hi)  # bisect in log space
+        change = abs(math.log(candidate / beta))
+        beta = candidate
+        # Converged, or the step stopped shrinking at the rounding floor.
+        if change <= rtol or (change <= 1e-6 and change > 0.5 * previous):
+            return beta, "converged"
+        previous = change
+    return beta, "converged"
+
+
+def _ray_start(objective, log2_spread):
+    """beta of the exact temperature solution of the (masked) problem."""
+    spread = 2.0 ** (log2_spread if log2_spread is not None else 0.0)
+    lo, hi = _BETA_RANGE[0] / spread, _BETA_RANGE[1] / spread
+    beta = 1.0 / spread
+    n_rows = objective.features.shape[0]
+    if n_rows > 4 * _WARM_START_ROWS:
+        rows = _spaced_rows(n_rows, _WARM_START_ROWS, objective.features.device)
+        if float(objective.weights64[rows].sum()) > 0:
+            beta, _ = _ray_newton(objective, beta, lo, hi, rows, rtol=1e-6)
+    rtol = 1e-12 if objective.features.dtype == torch.float64 else 1e-9
+    return _ray_newton(objective, beta, lo, hi, None, rtol=rtol)
 
 
 def _line_search(objective, theta, loss, grad, direction, loss_noise):
@@ -467,10 +852,47 @@ def _lbfgs_direction(grad, history, precondition):
     return -r
 
 
+def _preconditioner(objective, theta, curv):
+    """The L-BFGS preconditioner at the start, finite whatever the data."""
+    if objective.kind == "vector":
+        if bool(torch.isfinite(curv).all()):
+            return _VectorPreconditioner(curv)
+    else:
+        if objective.n_classes <= _BLOCK_CLASSES:
+            blocks = objective.class_blocks(theta)
+            if bool(torch.isfinite(blocks).all()):
+                try:
+                    return _BlockPreconditioner(blocks, objective.rho)
+                except torch.linalg.LinAlgError:
+                    pass
+        diagonal = objective.class_diagonals(theta)
+        if bool(torch.isfinite(diagonal).all()):
+            return _DiagonalPreconditioner(diagonal, objective.rho)
+    return lambda g: g
+
+
 def _use_newton(objective):
-    n_params = objective.shape[0] * objective.shape[1]
+    n_free = objective.n_classes if objective.free is None else len(objective.free)
+    n_params = n_free * objective.shape[1]
     n_rows = objective.features.shape[0]
     return n_params <= _NEWTON_PARAMS and n_rows * n_params**2 <= _NEWTON_WORK
+
+
+def _select_columns(features, mask, y, weights, keep):
+    """The problem restricted to the columns ``keep`` (bool, (K,)).
+
+    Rows labelled with a dropped class carry no weight (the caller checks),
+    and are relabelled 0.
+    """
+    index = torch.nonzero(keep).squeeze(1)
+    position = torch.cumsum(keep.to(torch.int64), 0) - 1
+    y_new = torch.where(keep[y], position[y], torch.zeros_like(y))
+    weights = torch.where(keep[y], weights, torch.zeros_like(weights))
+    features = features[:, index]
+    mask = None if mask is None else mask[:, index]
+    if mask is not None and not bool(mask.any()):
+        mask = None
+    return features, mask, y_new, weights, index
 
 
 def fit_affine(
@@ -479,6 +901,7 @@ def fit_affine(
     weights,
     *,
     kind,
+    mask=None,
     reg_lambda=0.0,
     reg_mu=0.0,
     max_iter=1000,
@@ -489,63 +912,173 @@ def fit_affine(
 
     Parameters
     ----------
-    features : Tensor (n, k), float32 or float64
-        Logits (vector and matrix scaling) or log-probabilities (Dirichlet).
+    features : Tensor (n, k), float32 or float64, finite
+        Logits (vector and matrix scaling) or log-probabilities (Dirichlet),
+        with a finite stand-in where ``mask`` is set.
     y : Tensor (n,), int64 class codes
-    weights : Tensor (n,), non-negative with a positive sum
+    weights : Tensor (n,), non-negative with a positive sum (any scale)
     kind : {"vector", "matrix"}
+    mask : Tensor (n, k) of bool, or None
+        Masked entries: their calibrated logit is -inf. A row's true class
+        must not be masked where its weight is positive.
     reg_lambda, reg_mu : float
-        ODIR penalty strengths (matrix only).
+        ODIR penalty strengths (matrix only), for the ``k`` columns given.
     max_iter : int
         Newton or L-BFGS iterations.
     tol : float
-        Converged when the largest absolute gradient entry is <= tol.
+        Converged when the largest absolute gradient entry (of the problem
+        on rescaled features, see the module docstring) is <= tol.
     solver : {"auto", "newton", "lbfgs"}
 
     Returns
     -------
     AffineFit
     """
-    beta = 1.0
-    start = fit_inverse_temperature(features, y, weights)
-    if start.status == "converged" and math.isfinite(start.beta):
-        beta = start.beta
-    objective = _Objective(features, y, weights, kind, reg_lambda, reg_mu)
-    theta = torch.zeros(objective.shape, dtype=torch.float64, device=features.device)
+    n_classes_in = features.shape[1]
+    device = features.device
+    weights = weights.to(torch.float64)
+    weights = weights / weights.max()
+    if mask is not None and not bool(mask.any()):
+        mask = None
+    rho_coef = rho_bias = 0.0
+    if kind == "matrix" and n_classes_in > 1:
+        rho_coef = 2.0 * reg_lambda / (n_classes_in * (n_classes_in - 1))
+        rho_bias = 2.0 * reg_mu / n_classes_in
+
+    # Columns masked in every row say nothing and are left out exactly.
+    columns = torch.arange(n_classes_in, device=device)
+    if mask is not None:
+        empty = mask.all(dim=0)
+        if bool(empty.any()):
+            features, mask, y, weights, columns = _select_columns(
+                features, mask, y, weights, ~empty
+            )
+
+    exponent = _rescale_exponent(features, mask)
+    if exponent:
+        features = _times_power_of_two(features, exponent)
+        if not bool(torch.isfinite(features).all()):
+            raise FloatingPointError(
+                "the features span too wide a range to bring their spread near 1"
+            )
+        # W x = (W / c) (c x): the penalty on W / c is rho c^2 (clamped where
+        # c^2 leaves float64's range, which only happens far from any data).
+        rho_coef = min(math.ldexp(rho_coef, min(2 * exponent, 1023)), 1e300)
+    factor = math.ldexp(1.0, exponent)
+
+    log2_spread, _ = _spread_log2(features, mask)
+    objective = _Objective(features, y, weights, kind, rho_coef, rho_bias, mask)
+    beta, _ = _ray_start(objective, log2_spread)
+
+    theta = torch.zeros(objective.shape, dtype=torch.float64, device=device)
     if kind == "vector":
         theta[:, 0] = beta
     else:
         theta[:, :-1].fill_diagonal_(beta)
 
-    newton = solver == "newton" or (solver == "auto" and _use_newton(objective))
-    if newton:
-        # The problem is small: float64 throughout costs little.
-        objective.use_float64()
-    theta = objective.snap(theta)
-    loss, grad, curv = objective.evaluate(theta, curvature=kind == "vector")
-    precondition = None
-    if not newton:
-        if kind == "vector":
-            precondition = _VectorPreconditioner(curv)
-        elif objective.n_classes <= _BLOCK_CLASSES:
-            precondition = _BlockPreconditioner(
-                objective.class_blocks(theta), objective.rho
-            )
-        else:
-            precondition = _DiagonalPreconditioner(
-                objective.class_diagonals(theta), objective.rho
-            )
+    n_absent = n_separable = 0
+    frozen = None
+    if kind == "vector":
+        absent, separable = objective.unidentified_classes()
+        n_absent, n_separable = int(absent.sum()), int(separable.sum())
+        frozen = absent | separable
+        if bool(frozen.any()) and not bool(frozen.all()):
+            # A frozen class with probability exactly 0 on every row changes
+            # no other class's probability: drop it from the passes.
+            silent = frozen & (objective.class_mass(theta) == 0)
+            if bool(silent.any()):
+                features, mask, y, weights, kept = _select_columns(
+                    features, mask, y, weights, ~silent
+                )
+                columns = columns[kept]
+                frozen = frozen[kept]
+                objective = _Objective(
+                    features, y, weights, kind, rho_coef, rho_bias, mask
+                )
+                theta = theta[kept]
+        objective.freeze(frozen)
 
+    solver_name = "none"
+    status = "converged"
+    n_iter = 0
+    decrement = 0.0
+    loss, grad, curv = objective.evaluate(theta, curvature=kind == "vector")
+    grad_norm = float(grad.abs().max())
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise FloatingPointError("non-finite loss or gradient at the start")
+    if frozen is None or not bool(frozen.all()):
+        newton = solver == "newton" or (solver == "auto" and _use_newton(objective))
+        solver_name = "newton" if newton else "lbfgs"
+        if newton:
+            # The problem is small: float64 throughout costs little.
+            objective.use_float64()
+            loss, grad, _ = objective.evaluate(theta)
+            grad_norm = float(grad.abs().max())
+        else:
+            theta = objective.snap(theta)
+        precondition = None if newton else _preconditioner(objective, theta, curv)
+        # The vector map's 2 x 2 blocks come with the same pass: refreshed at
+        # every point, they follow curvatures that change by orders of
+        # magnitude on the way (a class with one sample: 10x fewer iterations).
+        objective.track_curvature = not newton and kind == "vector"
+        theta, loss, grad, status, n_iter, decrement = _minimise(
+            objective, theta, loss, grad, newton, precondition, max_iter, tol
+        )
+        grad_norm = float(grad.abs().max())
+
+    # Back to the columns and units of the input.
+    start = beta * factor
+    if kind == "vector":
+        coef = torch.full((n_classes_in,), start, dtype=torch.float64)
+        coef[columns.cpu()] = theta[:, 0].cpu() * factor
+    else:
+        coef = torch.eye(n_classes_in, dtype=torch.float64) * start
+        index = columns.cpu()
+        coef[index[:, None], index[None, :]] = theta[:, :-1].cpu() * factor
+    intercept = torch.zeros(n_classes_in, dtype=torch.float64)
+    intercept[columns.cpu()] = theta[:, -1].cpu()
+    return AffineFit(
+        coef=coef.numpy().copy(),
+        intercept=intercept.numpy().copy(),
+        loss=loss,
+        gradient=grad_norm,
+        n_iter=n_iter,
+        n_evals=objective.n_evals,
+        solver=solver_name,
+        status=status,
+        start=start,
+        scale=factor,
+        decrement=decrement,
+        n_absent=n_absent,
+        n_separable=n_separable,
+    )
+
+
+def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol):
+    """Newton or preconditioned L-BFGS from theta; returns the final state."""
     history = []
     status = "max_iter"
     n_iter = 0
+    decrement = 0.0
     grad_norm = float(grad.abs().max())
     best_norm, since_best = grad_norm, 0
     recent_losses = [loss]
     while True:
         in_float32 = objective.dtype != torch.float64
+        direction = None
+        if newton and status != "stalled":
+            direction = _newton_direction(objective, theta, grad)
+            if direction is not None:
+                decrement = -float(torch.sum(grad * direction))
+            done = grad_norm <= tol and (
+                direction is None
+                or decrement
+                <= 2 * max(_DECREASE * tol, objective.loss_noise * abs(loss))
+            )
+        else:
+            done = grad_norm <= tol
         if (
-            grad_norm <= tol
+            done
             or status == "stalled"
             or (
                 in_float32
@@ -554,7 +1087,7 @@ def fit_affine(
             )
         ):
             if not in_float32:
-                if grad_norm <= tol:
+                if done:
                     status = "converged"
                 break
             # float32 got as far as its rounding usefully allows: confirm (and
@@ -571,9 +1104,10 @@ def fit_affine(
             break
         n_iter += 1
         if newton:
-            direction = objective.project(
-                _newton_direction(objective.hessian(theta), grad)
-            )
+            if direction is None:
+                # The Hessian is unusable (non-finite, or not positive
+                # definite even with the largest ridge): a gradient step.
+                direction = -grad
         else:
             direction = objective.project(_lbfgs_direction(grad, history, precondition))
             if float(torch.sum(grad * direction)) >= 0:
@@ -582,7 +1116,7 @@ def fit_affine(
                 history.clear()
                 direction = objective.project(-precondition(grad))
                 if float(torch.sum(grad * direction)) >= 0:
-                    direction = objective.project(-grad)
+                    direction = -grad
         result = _line_search(
             objective, theta, loss, grad, direction, objective.loss_noise * abs(loss)
         )
@@ -601,6 +1135,10 @@ def fit_affine(
                 if len(history) > _HISTORY:
                     history.pop(0)
         theta, loss, grad = new_theta, new_loss, new_grad
+        if objective.track_curvature and objective.last_curvature is not None:
+            curv = objective.last_curvature
+            if bool(torch.isfinite(curv).all()):
+                precondition = _VectorPreconditioner(curv)
         grad_norm = float(grad.abs().max())
         # At the rounding floor the steps only shuffle noise although every
         # line search succeeds: the gradient stops shrinking and the loss
@@ -614,15 +1152,4 @@ def fit_affine(
             0
         ] - loss <= objective.loss_noise * abs(loss):
             status = "stalled"
-
-    coef = theta[:, 0] if kind == "vector" else theta[:, :-1]
-    return AffineFit(
-        coef=coef.cpu().numpy().copy(),
-        intercept=theta[:, -1].cpu().numpy().copy(),
-        loss=loss,
-        gradient=grad_norm,
-        n_iter=n_iter,
-        n_evals=objective.n_evals,
-        solver="newton" if newton else "lbfgs",
-        status=status,
-    )
+    return theta, loss, grad, status, n_iter, decrement

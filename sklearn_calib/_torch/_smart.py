@@ -54,6 +54,7 @@ class SmartFit:
     n_iter: int
     best_loss: float
     best_iter: int  # 0-based step whose parameters were kept
+    first_non_finite: int | None = None  # first step whose loss was NaN or inf
 
 
 def layer_sizes(hidden_sizes):
@@ -230,15 +231,20 @@ class SmartProblem:
         shifted = torch.empty((n_classes, n_samples), dtype=dtype, device=self.device)
         torch.sub(logits.T, logits.gather(1, top.view(-1, 1)).view(1, -1), out=shifted)
         shifted.scatter_(0, top.view(1, -1), shifted[:1].clone())
-        self.tail = shifted[1:].mul_(_LOG2E)
+        # Masked classes (-inf logits), and gaps that overflow in the shift or
+        # in the scaling by log2(e), become the lowest finite value: their
+        # exp2(beta d) is still exactly 0, and d exp2(beta d) 0 instead of NaN.
+        lowest = torch.finfo(dtype).min
+        self.tail = shifted[1:].mul_(_LOG2E).clamp_(min=lowest)
         self.buffer = torch.empty_like(self.tail)
         weights = weights.to(torch.float64)
+        weights = weights / weights.max()  # only ratios matter; the sum stays finite
         weights = weights / weights.sum()
         self.weights = weights.to(dtype)
         # The tail is in log2 units: S1 = ln2 * sum_k exp(beta d_k) (log2e d_k).
         self.weights_ln2 = (weights * _LN2).to(dtype)
         self.correct = correct.to(dtype)
-        self.true_gap = true_gap.to(dtype)
+        self.true_gap = true_gap.to(dtype).clamp_(min=lowest)
         margins = margins.to(dtype)
         self.inputs = torch.stack([margins, torch.ones_like(margins)])
 
@@ -474,7 +480,12 @@ def _fit_smart(
     loss_curve = losses[:n_iter].to(torch.float64).cpu().numpy()
     finite = np.isfinite(loss_curve)
     if not finite.any():
-        raise FloatingPointError("the SMART loss is not finite at any step")
+        raise ValueError(
+            "The SMART loss is not finite at the initial parameters: the "
+            f"calibration logits' confidences overflow in {problem.dtype} (logits "
+            "too large for the temperatures SMART predicts). Rescale the logits "
+            "or fit float64 logits."
+        )
     best_iter = int(np.argmin(np.where(finite, loss_curve, np.inf)))
     coefs, intercepts = network.unpack(best_params)
     return SmartFit(
@@ -484,4 +495,5 @@ def _fit_smart(
         n_iter=n_iter,
         best_loss=float(loss_curve[best_iter]),
         best_iter=best_iter,
+        first_non_finite=None if finite.all() else int(np.argmin(finite)),
     )

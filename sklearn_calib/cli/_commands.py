@@ -39,7 +39,7 @@ from ._methods import (
     select_methods,
 )
 from ._plots import reliability_png, require_matplotlib, slug
-from ._tables import Progress, csv_table, format_report
+from ._tables import SET_LEVELS, SET_SCORES, Progress, csv_table, format_report
 
 # What a calibrator may raise on extreme but valid data, besides the
 # ValueError/TypeError with which the library names bad input: overflow and
@@ -241,6 +241,21 @@ def run_report(args, out=None):
     finally:
         progress.close()
 
+    # Conformal sets and selective prediction from the same probabilities: the
+    # evaluation samples are split at random into calibration and evaluation
+    # halves (seeded), as in the conformal-prediction papers.
+    from ..conformal import conformal_report
+
+    n_splits = 20
+    prediction_sets = conformal_report(
+        y_eval,
+        probabilities,
+        conformity_scores=SET_SCORES,
+        confidence_levels=SET_LEVELS,
+        n_splits=n_splits,
+        random_state=args.seed,
+        as_frame=False,
+    )
     report = {
         "data": source,
         "evaluation": evaluation,
@@ -251,6 +266,11 @@ def run_report(args, out=None):
         "n_classes": int(len(classes)),
         "n_bins": args.n_bins,
         "results": rows,
+        "prediction_sets": prediction_sets,
+        "prediction_sets_protocol": (
+            f"mean of {n_splits} random 50/50 calibration/evaluation splits of the "
+            "scored samples"
+        ),
     }
     out.write(format_report(report, args.format, stream=out))
     if args.out is not None:

@@ -3,7 +3,16 @@
 import base64
 import html
 
-from ._tables import COLUMNS, best, cell, header_lines, notes
+from ._tables import (
+    COLUMNS,
+    best,
+    cell,
+    header_lines,
+    notes,
+    set_caption,
+    set_headers,
+    set_rows,
+)
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
@@ -52,6 +61,19 @@ def html_report(report, images, description):
     from .. import __version__
 
     info = "".join(f"<p>{html.escape(line)}</p>" for line in header_lines(report))
+    set_body = set_rows(report)
+    sets = ""
+    if set_body:
+        set_head = "".join(f"<th>{html.escape(h)}</th>" for h in set_headers())
+        set_cells = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>"
+            for cells in set_body
+        )
+        sets = (
+            f"<h2>Prediction sets</h2><p>{html.escape(set_caption(report))}</p>"
+            f"<table><thead><tr>{set_head}</tr></thead><tbody>{set_cells}</tbody>"
+            "</table>"
+        )
     descr = f"<h2>Data</h2><pre>{html.escape(description)}</pre>" if description else ""
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
@@ -63,7 +85,7 @@ def html_report(report, images, description):
         "AdaECE: the same with equal-mass bins; cw-ECE: class-wise ECE; NLL: "
         "negative log-likelihood; Brier: multiclass Brier score; lower is "
         "better for all five. Best values in bold.</p>"
-        f"{'<ul>' + listed + '</ul>' if listed else ''}"
+        f"{'<ul>' + listed + '</ul>' if listed else ''}{sets}"
         f'<h2>Reliability diagrams</h2><div class="figures">{figures}</div>'
         f"{descr}<p><small>sklearn-calib {html.escape(__version__)}</small></p>"
         "</body></html>\n"

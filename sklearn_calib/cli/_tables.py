@@ -51,6 +51,93 @@ def header_lines(report):
     ]
 
 
+# The prediction-set section: conformal sets at these coverage targets.
+SET_SCORES = ("lac", "aps", "raps")
+SET_LEVELS = (0.9, 0.95)
+
+
+def set_headers():
+    """Headers of the prediction-set table: AURC, then coverage and mean size."""
+    return ["Method", "AURC"] + [
+        f"{score.upper()} {round(100 * level)}%"
+        for level in SET_LEVELS
+        for score in SET_SCORES
+    ]
+
+
+def set_rows(report):
+    """One row of cells per method of the prediction-set section.
+
+    A cell reads ``coverage% / mean set size``; methods without probabilities
+    (skipped or failed) have no row.
+    """
+    by_method = {}
+    for entry in report.get("prediction_sets", []):
+        by_method.setdefault(entry["model"], {})[
+            (entry["conformity_score"], entry["confidence_level"])
+        ] = entry
+    rows = []
+    for method, entries in by_method.items():
+        any_entry = next(iter(entries.values()))
+        cells = [method, f"{any_entry['aurc']:.4f}"]
+        for level in SET_LEVELS:
+            for score in SET_SCORES:
+                entry = entries.get((score, level))
+                cells.append(
+                    "-"
+                    if entry is None
+                    else f"{100 * entry['coverage']:.1f} / {entry['mean_set_size']:.2f}"
+                )
+        rows.append(cells)
+    return rows
+
+
+def set_caption(report):
+    """What the prediction-set table shows."""
+    protocol = report.get("prediction_sets_protocol", "")
+    return (
+        "Prediction sets (split conformal, "
+        f"{protocol}): coverage % / mean set size at each target; AURC: area "
+        "under the risk-coverage curve of the confidence (lower is better)."
+    )
+
+
+def _aligned(headers, body, separator="  "):
+    widths = [
+        max(len(h), *(len(line[i]) for line in body)) for i, h in enumerate(headers)
+    ]
+    lines = [
+        separator.join(
+            h.ljust(w) if i == 0 else h.rjust(w)
+            for i, (h, w) in enumerate(zip(headers, widths, strict=True))
+        ),
+        separator.join("-" * w for w in widths),
+    ]
+    for cells in body:
+        lines.append(
+            separator.join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+            )
+        )
+    return lines
+
+
+def _set_section(report, *, markdown):
+    body = set_rows(report)
+    if not body:
+        return []
+    headers = set_headers()
+    if markdown:
+        lines = [
+            "| " + " | ".join(headers) + " |",
+            "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|",
+        ] + ["| " + " | ".join(cells) + " |" for cells in body]
+    else:
+        lines = _aligned(headers, body)
+    return ["", set_caption(report), ""] + lines
+
+
 def notes(report):
     """``method: note`` for each row with a note (skipped, failed, warnings)."""
     return [f"{r['method']}: {r['note']}" for r in report["results"] if r.get("note")]
@@ -94,7 +181,17 @@ def _text_table(report, *, pretty):
         lines.append(fmt(cells, styles))
     if pretty:
         lines.append("└─" + "─┴─".join("─" * w for w in widths) + "─┘")
-    return "\n".join(header_lines(report) + [""] + lines + [""] + notes(report)) + "\n"
+    return (
+        "\n".join(
+            header_lines(report)
+            + [""]
+            + lines
+            + [""]
+            + notes(report)
+            + _set_section(report, markdown=False)
+        )
+        + "\n"
+    )
 
 
 def _markdown_table(report):
@@ -109,7 +206,11 @@ def _markdown_table(report):
         lines.append("| " + " | ".join(cells) + " |")
     listed = [f"- {n}" for n in notes(report)]
     header = [f"{line}  " for line in header_lines(report)]
-    return "\n".join(header + [""] + lines + ([""] + listed if listed else [])) + "\n"
+    sets = _set_section(report, markdown=True)
+    return (
+        "\n".join(header + [""] + lines + ([""] + listed if listed else []) + sets)
+        + "\n"
+    )
 
 
 def csv_table(report):

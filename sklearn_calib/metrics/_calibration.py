@@ -245,44 +245,21 @@ class _Binning:
         Every quantity (confidences, bin indices, per-bin sums) is computed
         on a cache-sized block and added up, so no array of the size of the
         data is allocated: on 1M x 10 float32 probabilities this is most of
-        the speed of the ECE.
+        the speed of the ECE. The same kernel adds the chunks of the
+        streaming accumulators (:mod:`sklearn_calib.metrics._accumulators`).
         """
-        n_samples, n_classes = self._y_prob.shape
         n_bins, n_groups = self.n_bins, self.n_groups
         count, score, hit = (np.zeros(n_groups * n_bins) for _ in range(3))
-        offsets = n_bins * np.arange(n_groups)[:, None]
-        for rows in _row_blocks(n_samples, n_classes):
-            truth = self._y_codes[rows]
-            w = None if weights is None else weights[rows]
-            if self.multiclass == "top-label":
-                confidence, correct = _block_top_label(self._y_prob, rows, truth)
-                index = uniform_bin_index(confidence, n_bins)
-                if w is None:
-                    # One bincount of 2 b + correct gives counts and hits.
-                    pairs = np.bincount(2 * index + correct, minlength=2 * n_bins)
-                    count += pairs[0::2] + pairs[1::2]
-                    hit += pairs[1::2]
-                    score += np.bincount(index, weights=confidence, minlength=n_bins)
-                else:
-                    _add_bin_sums(
-                        count, score, hit, index, confidence, index, w, w * correct
-                    )
-            else:
-                # Class k's bins are numbered k * n_bins + b.
-                block = _class_major_block(self._y_prob, rows)
-                index = uniform_bin_index(block, n_bins) + offsets
-                true_index = index[truth, np.arange(truth.shape[0])]
-                tiled = None if w is None else np.broadcast_to(w, block.shape).ravel()
-                _add_bin_sums(
-                    count,
-                    score,
-                    hit,
-                    index.ravel(),
-                    block.ravel(),
-                    true_index,
-                    tiled,
-                    w,
-                )
+        add_uniform_statistics(
+            count,
+            score,
+            hit,
+            self._y_codes,
+            self._y_prob,
+            weights,
+            n_bins,
+            self.multiclass,
+        )
         shape = (1, n_groups, n_bins)
         edges = np.broadcast_to(
             np.linspace(0.0, 1.0, n_bins + 1), (1, n_groups, n_bins + 1)
@@ -290,6 +267,52 @@ class _Binning:
         return BinStatistics(
             count.reshape(shape), score.reshape(shape), hit.reshape(shape), edges.copy()
         )
+
+
+def add_uniform_statistics(
+    count, score, hit, y_codes, y_prob, weights, n_bins, multiclass
+):
+    """Add the equal-width bin sums of some rows into flat (n_groups * n_bins) arrays.
+
+    The one binning kernel of the equal-width metrics: the in-memory functions
+    run it once over all rows, the accumulators once per chunk. Group ``g``'s
+    bin ``b`` is entry ``g * n_bins + b`` (one group for top-label, one per
+    class for class-wise).
+    """
+    n_samples, n_classes = y_prob.shape
+    offsets = n_bins * np.arange(n_classes)[:, None]
+    for rows in _row_blocks(n_samples, n_classes):
+        truth = y_codes[rows]
+        w = None if weights is None else weights[rows]
+        if multiclass == "top-label":
+            confidence, correct = _block_top_label(y_prob, rows, truth)
+            index = uniform_bin_index(confidence, n_bins)
+            if w is None:
+                # One bincount of 2 b + correct gives counts and hits.
+                pairs = np.bincount(2 * index + correct, minlength=2 * n_bins)
+                count += pairs[0::2] + pairs[1::2]
+                hit += pairs[1::2]
+                score += np.bincount(index, weights=confidence, minlength=n_bins)
+            else:
+                _add_bin_sums(
+                    count, score, hit, index, confidence, index, w, w * correct
+                )
+        else:
+            # Class k's bins are numbered k * n_bins + b.
+            block = _class_major_block(y_prob, rows)
+            index = uniform_bin_index(block, n_bins) + offsets
+            true_index = index[truth, np.arange(truth.shape[0])]
+            tiled = None if w is None else np.broadcast_to(w, block.shape).ravel()
+            _add_bin_sums(
+                count,
+                score,
+                hit,
+                index.ravel(),
+                block.ravel(),
+                true_index,
+                tiled,
+                w,
+            )
 
 
 def _add_bin_sums(count, score, hit, index, scores, hit_index, weights, hit_weights):
@@ -443,11 +466,51 @@ class _BinnedMetric:
         return per_group.mean(axis=-1)
 
 
-def _binned_metric(y_true, y_prob, sample_weight, labels, **params):
+def binned_state(
+    y_codes, y_prob, sample_weight, *, n_bins, strategy, multiclass="top-label"
+):
+    """The accumulator state of validated in-memory data.
+
+    Equal-width bins: one update of a
+    :class:`~sklearn_calib.metrics.BinnedCalibrationAccumulator`, the state
+    that takes chunks. Equal-mass bins: the edges are quantiles of all the
+    scores, so the in-memory binning finds them and the sums together, and
+    the state holds those edges as fixed ``bin_edges``.
+    """
+    from ._accumulators import BinnedCalibrationAccumulator
+
+    if strategy == "uniform":
+        state = BinnedCalibrationAccumulator(n_bins=n_bins, multiclass=multiclass)
+        return state._update_validated(y_codes, y_prob, sample_weight)
+    binning = _Binning(
+        y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
+    )
+    return BinnedCalibrationAccumulator._from_statistics(
+        binning.statistics(sample_weight),
+        multiclass=multiclass,
+        strategy=strategy,
+        n_classes=y_prob.shape[1],
+        n_samples=y_prob.shape[0],
+    )
+
+
+def _binned_metric(
+    y_true,
+    y_prob,
+    sample_weight,
+    labels,
+    *,
+    reduction,
+    multiclass="top-label",
+    **params,
+):
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    return float(_BinnedMetric(y_codes, y_prob, **params)(sample_weight)[0])
+    state = binned_state(
+        y_codes, y_prob, sample_weight, multiclass=multiclass, **params
+    )
+    return state._value(reduction)
 
 
 # --- public metrics ---------------------------------------------------------------
@@ -874,10 +937,15 @@ def calibration_curve(
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    binning = _Binning(
-        y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
+    state = binned_state(
+        y_codes,
+        y_prob,
+        sample_weight,
+        n_bins=n_bins,
+        strategy=strategy,
+        multiclass=multiclass,
     )
-    return curve_from_statistics(binning.statistics(sample_weight), multiclass)
+    return state.calibration_curve()
 
 
 def curve_from_statistics(stats, multiclass="top-label"):

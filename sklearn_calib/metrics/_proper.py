@@ -10,7 +10,7 @@ import numpy as np
 
 from ..utils._compat import validate_params
 from ..utils._validation import check_metric_inputs
-from ._calibration import _BINNED_CONSTRAINTS, _COMMON_CONSTRAINTS, _Binning
+from ._calibration import _BINNED_CONSTRAINTS, _COMMON_CONSTRAINTS, binned_state
 
 # Rows per block when a per-sample loss reads the whole probability array.
 _BLOCK_ELEMENTS = 2**18
@@ -56,6 +56,14 @@ class _MeanLoss:
             return np.array([self._losses.mean()])
         weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
         return weights @ self._losses / weights.sum(axis=1)
+
+
+def _proper_state(y_codes, y_prob, sample_weight, score):
+    """One update of a :class:`~sklearn_calib.metrics.ProperScoreAccumulator`."""
+    from ._accumulators import ProperScoreAccumulator
+
+    state = ProperScoreAccumulator(scores=(score,))
+    return state._update_validated(y_codes, y_prob, sample_weight)
 
 
 class _LogLoss(_MeanLoss):
@@ -118,7 +126,7 @@ def log_loss(y_true, y_prob, *, sample_weight=None, labels=None):
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    return float(_LogLoss(y_codes, y_prob)(sample_weight)[0])
+    return _proper_state(y_codes, y_prob, sample_weight, "log_loss").log_loss()
 
 
 @validate_params(_COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
@@ -170,7 +178,7 @@ def brier_score(y_true, y_prob, *, sample_weight=None, labels=None):
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    return float(_BrierScore(y_codes, y_prob)(sample_weight)[0])
+    return _proper_state(y_codes, y_prob, sample_weight, "brier_score").brier_score()
 
 
 class BrierDecomposition(NamedTuple):
@@ -263,18 +271,12 @@ def brier_score_decomposition(
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    binning = _Binning(
-        y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass="classwise"
+    state = binned_state(
+        y_codes,
+        y_prob,
+        sample_weight,
+        n_bins=n_bins,
+        strategy=strategy,
+        multiclass="classwise",
     )
-    stats = binning.statistics(sample_weight)
-    count, forecast, observed = stats.count[0], stats.score[0], stats.hit[0]
-    total = count.sum(axis=-1, keepdims=True)
-    base_rate = observed.sum(axis=-1, keepdims=True) / total
-    occupied = count > 0
-    with np.errstate(invalid="ignore", divide="ignore"):
-        mean_forecast = np.where(occupied, forecast / count, 0.0)
-        frequency = np.where(occupied, observed / count, 0.0)
-    reliability = np.sum(count * (mean_forecast - frequency) ** 2 / total)
-    resolution = np.sum(count * (frequency - base_rate) ** 2 / total)
-    uncertainty = np.sum(base_rate * (1 - base_rate))
-    return BrierDecomposition(float(reliability), float(resolution), float(uncertainty))
+    return state.brier_score_decomposition()

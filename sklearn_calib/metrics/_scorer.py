@@ -2,11 +2,24 @@
 
 Each scorer is built by :func:`sklearn.metrics.make_scorer` with
 ``response_method="predict_proba"`` and ``greater_is_better=False`` and named
-``neg_<metric>``. It also hands the fitted estimator's ``classes_`` to the
-metric as ``labels``, so string labels and test folds that miss a class are
-scored against the right columns. Nothing is written into scikit-learn's
-scorer table: :func:`get_scorer` looks names up here first, then in
-scikit-learn.
+``neg_<metric>``, except where that name is a scikit-learn scorer with another
+definition: the multiclass Brier score (twice scikit-learn's ``brier_score_loss``
+for a binary problem) is ``neg_multiclass_brier_score``, and
+``"neg_brier_score"`` stays scikit-learn's. It also hands the fitted
+estimator's ``classes_`` to the metric as ``labels``, so string labels and test
+folds that miss a class are scored against the right columns.
+
+Nothing is written into scikit-learn's scorer table, so scikit-learn does not
+know these names: ``GridSearchCV(..., scoring="neg_expected_calibration_error")``
+raises scikit-learn's ``InvalidParameterError``. Pass scorer objects instead:
+``scoring=get_scorer("neg_expected_calibration_error")``, or
+``scoring=get_scorers()`` for all of them at once. :func:`get_scorer` looks
+names up here first, then in scikit-learn.
+
+Beside them: ``neg_aurc`` and ``neg_excess_aurc`` (selective prediction, on
+``predict_proba``), and the prediction-set scorers ``set_coverage``,
+``worst_class_coverage`` (greater is better), ``neg_mean_set_size`` and
+``neg_median_set_size``, which call the estimator's ``predict_set``.
 """
 
 import copy
@@ -24,6 +37,13 @@ from ._calibration import (
     rms_calibration_error,
 )
 from ._proper import brier_score, log_loss
+from ._selective import aurc, excess_aurc
+from ._sets import (
+    mean_set_size,
+    median_set_size,
+    set_coverage,
+    worst_class_coverage,
+)
 from ._smooth import smooth_calibration_error
 
 
@@ -57,14 +77,105 @@ def _calibration_scorer(metric):
     )
 
 
+# Each scorer's docstring (read by Sphinx) repeats the pitfall of names: they
+# are objects to pass as scoring=, not strings scikit-learn knows.
+
 neg_expected_calibration_error = _calibration_scorer(expected_calibration_error)
+"""Scorer of :func:`expected_calibration_error`, negated (greater is better).
+
+Pass the object, not its name: ``scoring=neg_expected_calibration_error`` or
+``scoring=get_scorer("neg_expected_calibration_error")``. scikit-learn does
+not know the string (its ``InvalidParameterError`` lists its own names); for
+several metrics at once use ``scoring=get_scorers()``.
+"""
+
 neg_adaptive_calibration_error = _calibration_scorer(adaptive_calibration_error)
+"""Scorer of :func:`adaptive_calibration_error`, negated (greater is better).
+
+Pass the object (or ``get_scorer("neg_adaptive_calibration_error")``) as
+``scoring=``: scikit-learn does not know the name.
+"""
+
 neg_maximum_calibration_error = _calibration_scorer(maximum_calibration_error)
+"""Scorer of :func:`maximum_calibration_error`, negated (greater is better).
+
+Pass the object (or ``get_scorer("neg_maximum_calibration_error")``) as
+``scoring=``: scikit-learn does not know the name.
+"""
+
 neg_rms_calibration_error = _calibration_scorer(rms_calibration_error)
+"""Scorer of :func:`rms_calibration_error`, negated (greater is better).
+
+Pass the object (or ``get_scorer("neg_rms_calibration_error")``) as
+``scoring=``: scikit-learn does not know the name.
+"""
+
 neg_classwise_calibration_error = _calibration_scorer(classwise_calibration_error)
+"""Scorer of :func:`classwise_calibration_error`, negated (greater is better).
+
+Pass the object (or ``get_scorer("neg_classwise_calibration_error")``) as
+``scoring=``: scikit-learn does not know the name.
+"""
+
 neg_smooth_calibration_error = _calibration_scorer(smooth_calibration_error)
-neg_brier_score = _calibration_scorer(brier_score)
+"""Scorer of :func:`smooth_calibration_error`, negated (greater is better).
+
+Pass the object (or ``get_scorer("neg_smooth_calibration_error")``) as
+``scoring=``: scikit-learn does not know the name.
+"""
+
+neg_multiclass_brier_score = _calibration_scorer(brier_score)
+"""Scorer of :func:`brier_score` (the multiclass sum), negated.
+
+Not named ``neg_brier_score``: that is scikit-learn's scorer of
+:func:`sklearn.metrics.brier_score_loss`, which halves the binary case, and
+:func:`get_scorer` returns it unchanged. For more than two classes both give
+the same value; for two, this one is twice scikit-learn's. Pass the object
+(or ``get_scorer("neg_multiclass_brier_score")``) as ``scoring=``:
+scikit-learn does not know the name.
+"""
+
 neg_log_loss = _calibration_scorer(log_loss)
+"""Scorer of :func:`log_loss`, negated; the same values as scikit-learn's.
+
+scikit-learn knows ``"neg_log_loss"`` too and gives the same values; this
+one also passes the estimator's ``classes_`` as ``labels``, so a test fold
+that lacks a class is still scored.
+"""
+
+# Selective prediction: the area under the risk-coverage curve of predict_proba.
+neg_aurc = _calibration_scorer(aurc)
+neg_excess_aurc = _calibration_scorer(excess_aurc)
+
+
+# Prediction sets: scored on ``predict_set`` (a response method scikit-learn
+# does not know, given as a one-element list, which make_scorer accepts), so
+# they apply to sklearn_calib.conformal.ConformalClassifier and its kin.
+def _set_scorer(metric, *, greater_is_better):
+    return _ClassesScorer.from_scorer(
+        make_scorer(
+            metric,
+            response_method=["predict_set"],
+            greater_is_better=greater_is_better,
+        )
+    )
+
+
+def _of_sets(size_metric):
+    """``size_metric(y_set)`` as a metric of ``(y_true, y_set)`` for a scorer."""
+
+    def metric(y_true, y_set, *, sample_weight=None, labels=None):
+        return size_metric(y_set, sample_weight=sample_weight)
+
+    metric.__name__ = metric.__qualname__ = size_metric.__name__
+    metric.__doc__ = size_metric.__doc__
+    return metric
+
+
+set_coverage_scorer = _set_scorer(set_coverage, greater_is_better=True)
+worst_class_coverage_scorer = _set_scorer(worst_class_coverage, greater_is_better=True)
+neg_mean_set_size = _set_scorer(_of_sets(mean_set_size), greater_is_better=False)
+neg_median_set_size = _set_scorer(_of_sets(median_set_size), greater_is_better=False)
 
 _SCORERS = {
     "neg_expected_calibration_error": neg_expected_calibration_error,
@@ -73,8 +184,14 @@ _SCORERS = {
     "neg_rms_calibration_error": neg_rms_calibration_error,
     "neg_classwise_calibration_error": neg_classwise_calibration_error,
     "neg_smooth_calibration_error": neg_smooth_calibration_error,
-    "neg_brier_score": neg_brier_score,
+    "neg_multiclass_brier_score": neg_multiclass_brier_score,
     "neg_log_loss": neg_log_loss,
+    "neg_aurc": neg_aurc,
+    "neg_excess_aurc": neg_excess_aurc,
+    "set_coverage": set_coverage_scorer,
+    "worst_class_coverage": worst_class_coverage_scorer,
+    "neg_mean_set_size": neg_mean_set_size,
+    "neg_median_set_size": neg_median_set_size,
 }
 
 
@@ -96,21 +213,32 @@ def get_scorer(scoring):
 
     See Also
     --------
+    get_scorers : Several scorers at once, as a dict for ``scoring=``.
     get_scorer_names : Every valid name.
     sklearn.metrics.get_scorer : scikit-learn's names only.
 
     Notes
     -----
-    ``"neg_log_loss"`` and ``"neg_brier_score"`` are also scikit-learn names;
-    here they are this library's :func:`log_loss` (the same value) and
-    :func:`brier_score` (the multiclass sum over classes, which for a binary
-    problem is twice scikit-learn's ``brier_score_loss``).
+    scikit-learn does not know this library's names (nothing is written into
+    its scorer table): ``GridSearchCV(..., scoring="neg_expected_calibration_error")``
+    and ``cross_validate(..., scoring="neg_expected_calibration_error")`` raise
+    scikit-learn's ``InvalidParameterError``. Pass the scorer object instead,
+    ``scoring=get_scorer("neg_expected_calibration_error")``, or
+    ``scoring=get_scorers()`` for all of them.
+
+    No name here means something else than in scikit-learn: ``"neg_log_loss"``
+    is :func:`log_loss` (the same values as scikit-learn's, with the
+    estimator's ``classes_`` passed as ``labels``), ``"neg_brier_score"`` is
+    scikit-learn's own scorer of ``brier_score_loss``, and this library's
+    multiclass :func:`brier_score` (twice ``brier_score_loss`` for a binary
+    problem) is ``"neg_multiclass_brier_score"``.
 
     Examples
     --------
     >>> from sklearn_calib.metrics import get_scorer
-    >>> get_scorer("neg_brier_score")
-    make_scorer(brier_score, greater_is_better=False, response_method='predict_proba')
+    >>> get_scorer("neg_expected_calibration_error")  # doctest: +NORMALIZE_WHITESPACE
+    make_scorer(expected_calibration_error, greater_is_better=False,
+                response_method='predict_proba')
     >>> get_scorer("accuracy")
     make_scorer(accuracy_score, response_method='predict')
     """
@@ -123,6 +251,70 @@ def get_scorer(scoring):
                 "sklearn_calib.metrics.get_scorer_names() to get valid options."
             )
     return _sklearn_get_scorer(scoring)
+
+
+def get_scorers(names=None):
+    """Scorers by name, as a dict ready for ``scoring=``.
+
+    scikit-learn does not know this library's scorer names, so
+    ``scoring="neg_expected_calibration_error"`` fails inside
+    :class:`~sklearn.model_selection.GridSearchCV` or
+    :func:`~sklearn.model_selection.cross_validate` with scikit-learn's
+    ``InvalidParameterError``. A dict of scorer objects works everywhere a
+    multi-metric ``scoring`` is accepted; this builds it in one call.
+
+    Parameters
+    ----------
+    names : list of str or None, default=None
+        Names from :func:`get_scorer_names` (this library's and
+        scikit-learn's). ``None`` gives every scorer of this library.
+
+    Returns
+    -------
+    scorers : dict of str to callable
+        ``{name: scorer}`` in the order of ``names`` (for ``None``, sorted);
+        fresh copies, so they may be modified freely.
+
+    See Also
+    --------
+    get_scorer : One scorer by name.
+
+    Notes
+    -----
+    :class:`~sklearn.model_selection.GridSearchCV` with several scorers needs
+    ``refit`` set to one of the names (or ``False``), as for any dict.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn.model_selection import cross_validate
+    >>> from sklearn_calib import TemperatureScaling
+    >>> from sklearn_calib.metrics import get_scorers
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, size=600)
+    >>> logits = 4.0 * np.eye(3)[y] + rng.normal(scale=2.0, size=(600, 3))
+    >>> "neg_multiclass_brier_score" in get_scorers()
+    True
+    >>> scores = cross_validate(
+    ...     TemperatureScaling(device="cpu"), logits, y, cv=3,
+    ...     scoring=get_scorers(["neg_expected_calibration_error", "neg_log_loss",
+    ...                          "accuracy"]))
+    >>> scores["test_neg_log_loss"].shape
+    (3,)
+    """
+    if names is None:
+        names = sorted(_SCORERS)
+    elif isinstance(names, str):
+        raise TypeError(
+            f"names must be a list of scorer names, got the string {names!r}; "
+            f"use get_scorers([{names!r}]) or get_scorer({names!r})."
+        )
+    scorers = {}
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"names must hold strings, got {name!r}.")
+        scorers[name] = get_scorer(name)
+    return scorers
 
 
 def get_scorer_names():

@@ -26,7 +26,9 @@ def softmax(logits, *, out=None):
 
     ``out`` may be ``logits`` itself to work in place.
     """
-    out = np.subtract(logits, _row_max(logits), out=out)
+    # A gap beyond the float range overflows to -inf: probability 0, its limit.
+    with np.errstate(over="ignore"):
+        out = np.subtract(logits, _row_max(logits), out=out)
     np.exp(out, out=out)
     out /= out.sum(axis=1, keepdims=True)
     return out
@@ -34,7 +36,8 @@ def softmax(logits, *, out=None):
 
 def log_softmax(logits, *, out=None):
     """Row-wise log-softmax of a 2-D array, shifted by the row maximum."""
-    out = np.subtract(logits, _row_max(logits), out=out)
+    with np.errstate(over="ignore"):  # -inf: the limit, as in softmax
+        out = np.subtract(logits, _row_max(logits), out=out)
     out -= np.log(np.exp(out).sum(axis=1, keepdims=True))
     return out
 
@@ -44,15 +47,28 @@ def scale_logits(logits, factor):
 
     The shift changes no softmax and makes every entry at most 0, so a tiny
     temperature (a huge ``factor``) can send entries to ``-inf``, probability
-    0, but never to ``+inf``. ``factor`` is a scalar or a column of per-row
-    factors. Factors of at most 1 cannot overflow and skip the shift (the
-    softmax shifts anyway).
+    0, but never to ``+inf``; ``-inf`` entries (masked classes) stay ``-inf``.
+    ``factor`` is a positive scalar or a column of per-row factors, applied in
+    the logits' dtype. Factors of at most 1 cannot overflow and skip the shift
+    (the softmax shifts anyway). A factor beyond the dtype's range (float32
+    logits spread by less than ~1e-38, whose fitted T is below ~3e-39) is
+    applied as a power of two and a remainder, both representable.
     """
+    dtype = logits.dtype
+    factor = np.asarray(factor, dtype=np.float64)
     if np.all(factor <= 1):
-        return logits * factor
-    out = np.subtract(logits, logits.max(axis=1, keepdims=True))
-    with np.errstate(over="ignore"):  # -inf is the intended limit
-        out *= factor
+        return logits * factor.astype(dtype)
+    largest = np.finfo(dtype).max
+    # -inf is the intended limit: a gap that overflows in the shift is
+    # beyond the dtype's range already before being multiplied by factor > 1.
+    with np.errstate(over="ignore"):
+        out = np.subtract(logits, logits.max(axis=1, keepdims=True))
+        if np.all(factor <= largest):
+            out *= factor.astype(dtype)
+        else:
+            power = np.ldexp(1.0, np.frexp(factor)[1] // 2)
+            out *= power.astype(dtype)
+            out *= (factor / power).astype(dtype)
     return out
 
 

@@ -61,9 +61,10 @@ def check_masked_logits(X, *, input_name="X"):
     Language models and many classification heads mask classes with ``-inf``
     logits: such a class has probability exactly 0. NaN and ``+inf`` have no
     meaning as logits, and every row needs at least one finite logit (the
-    class it can predict). One pass over the data: the row maximum is NaN when
-    the row holds a NaN, ``+inf`` when it holds ``+inf`` and ``-inf`` when
-    every entry is masked.
+    class it can predict); a single score column s stands for the logits
+    (0, s), so there s = -inf is valid (the positive class is masked). One
+    pass over the data: the row maximum is NaN when the row holds a NaN,
+    ``+inf`` when it holds ``+inf`` and ``-inf`` when every entry is masked.
     """
     if X.size == 0:
         return X
@@ -80,6 +81,10 @@ def check_masked_logits(X, *, input_name="X"):
             f"Input {input_name} contains +infinity; logits must be finite or -inf "
             "(a masked class)."
         )
+    if X.shape[1] == 1:
+        # A single score column s stands for the logits (0, s): s = -inf masks
+        # the positive class and leaves the (finite) negative one.
+        return X
     row = int(np.flatnonzero(np.isneginf(top))[0])
     raise ValueError(
         f"Input {input_name} has rows where every logit is -inf (row {row}): a row "
@@ -154,44 +159,217 @@ def check_classification_labels(estimator, y):
     return y
 
 
-def resolve_classes(y, n_cols):
+# --- labels: which class each logit or probability column stands for ----------
+
+# The rule shared by the calibrators (``classes=None``) and the metrics
+# (``labels=None``), with ``U`` the distinct labels of ``y`` and ``K`` the
+# number of columns (2 for a single binary score column):
+#
+# 1. integer (or boolean) labels whose smallest value is 0 and that all lie in
+#    ``range(K)`` are the column indices themselves: label ``j`` is column
+#    ``j``, whether or not every index occurs (a small validation set need not
+#    hold every class);
+# 2. otherwise, when ``U`` has exactly ``K`` labels, column ``j`` is the
+#    ``j``-th smallest label (scikit-learn's order of ``classes_``);
+# 3. anything else is ambiguous and raises a ValueError asking for the classes:
+#    for example 1-based labels 1..4 whose validation set lacks label 4 hold 3
+#    labels for 4 columns and could as well be 0-based labels lacking 0.
+#
+# An explicit list of classes (``classes=`` of a calibrator, ``labels=`` of a
+# metric) always wins: ``classes[j]`` is the label of column ``j``.
+
+
+def _is_integer_labels(labels):
+    """True for an integer or boolean array, or an object array of integers."""
+    if labels.dtype == bool or np.issubdtype(labels.dtype, np.integer):
+        return True
+    return labels.dtype == object and all(
+        isinstance(c, Integral) for c in labels.tolist()
+    )
+
+
+def check_column_classes(classes, n_classes, *, name, columns):
+    """Validate an explicit list of the classes of ``n_classes`` columns.
+
+    Parameters
+    ----------
+    classes : array-like of shape (n_classes,)
+        ``classes[j]`` is the label of column ``j``.
+    n_classes : int or None
+        The number of columns; None accepts any number from 2.
+    name : str
+        The argument's name for the messages (``"classes"``, ``"labels"``).
+    columns : str
+        What the columns are, for the messages (``"logit columns of X"``).
+
+    Returns
+    -------
+    classes : ndarray of shape (n_classes,)
+    """
+    classes = np.asarray(to_numpy(classes))
+    if n_classes is None:
+        if classes.ndim != 1 or classes.shape[0] < 2:
+            raise ValueError(
+                f"{name} must be a 1-D list of at least 2 classes, got shape "
+                f"{classes.shape}."
+            )
+    elif classes.ndim != 1 or classes.shape[0] != n_classes:
+        raise ValueError(
+            f"{name} must list one class per column: there are {n_classes} "
+            f"{columns}, but {name} has shape {classes.shape}."
+        )
+    if classes.dtype.kind == "f" and not np.all(np.isfinite(classes)):
+        raise ValueError(f"{name} contains NaN or infinity: {classes.tolist()!r}.")
+    try:
+        ordered = np.sort(classes, kind="stable")
+    except TypeError as exc:
+        raise TypeError(
+            f"{name} mixes label types that cannot be compared ({exc})."
+        ) from None
+    if np.any(ordered[1:] == ordered[:-1]):
+        raise ValueError(f"{name} contains duplicates: {classes.tolist()!r}.")
+    return classes
+
+
+def match_labels(y, classes):
+    """Index in ``classes`` of every label of ``y``, and whether it was found.
+
+    Returns ``(codes, known)``; ``codes[i]`` is meaningful where ``known[i]``.
+    Sorting-based, so that millions of labels cost no Python loop.
+    """
+    sorter = np.argsort(classes, kind="stable")
+    ordered = classes[sorter]
+    try:
+        where = np.minimum(np.searchsorted(ordered, y), ordered.shape[0] - 1)
+        known = np.asarray(ordered[where] == y, dtype=bool)
+    except (TypeError, ValueError):
+        # Labels that cannot be compared with the classes match none of them.
+        return np.zeros(y.shape[0], dtype=np.intp), np.zeros(y.shape[0], dtype=bool)
+    if known.shape != y.shape:  # an elementwise comparison numpy refused
+        known = np.zeros(y.shape[0], dtype=bool)
+    return sorter[where].astype(np.intp, copy=False), known
+
+
+def encode_with_classes(y, classes, *, y_name, name):
+    """Index in ``classes`` of every label of ``y``; a ValueError names the others."""
+    codes, known = match_labels(y, classes)
+    if not np.all(known):
+        unknown = np.unique(y[~known])[:5]
+        raise ValueError(
+            f"{y_name} contains labels that are not in {name}: "
+            f"{unknown.tolist()!r} ({name}: {classes.tolist()!r})."
+        )
+    return codes
+
+
+def _ambiguous_labels_message(
+    distinct, n_classes, *, y_name, columns, name, example="in column order"
+):
+    """Why the labels cannot be matched to the columns without an explicit list."""
+    found = distinct.tolist()
+    shown = found if len(found) <= 10 else found[:10] + ["..."]
+    if distinct.shape[0] > n_classes:
+        outside = ""
+        if _is_integer_labels(distinct):
+            beyond = distinct[(distinct < 0) | (distinct >= n_classes)].tolist()
+            outside = (
+                f" Integer labels outside [0, {n_classes - 1}]: {beyond[:10]!r}."
+            )
+        return (
+            f"{y_name} has {distinct.shape[0]} distinct labels but there are only "
+            f"{n_classes} {columns}; logits need one column per class (or a "
+            f"single score column for a binary problem). Got labels {shown!r}."
+            + outside
+        )
+    if _is_integer_labels(distinct) and (
+        distinct.min() < 0 or distinct.max() >= n_classes
+    ):
+        where = (
+            f"integer labels that are column indices must lie in "
+            f"[0, {n_classes - 1}], and these lie outside: {shown!r}"
+        )
+    elif _is_integer_labels(distinct):
+        where = (
+            f"integer labels {shown!r} lie in [1, {n_classes - 1}] but lack 0: they "
+            "could be 1-based labels with some class absent as well as 0-based "
+            "column indices"
+        )
+    else:
+        where = f"got labels {shown!r}"
+    return (
+        f"{y_name} has {distinct.shape[0]} distinct labels for {n_classes} "
+        f"{columns}, so which column stands for which label is ambiguous "
+        f"({where}); pass {name}= (the class of each column, {example}) "
+        "instead of relying on a guess."
+    )
+
+
+def resolve_classes(y, n_cols, classes=None):
     """Encode labels and match them to the logit columns.
 
-    Returns ``(classes, y_encoded)``. The i-th column of the logits belongs to
-    the i-th sorted class. Integer labels that all lie in ``range(n_cols)`` may
-    miss some classes (a small validation set need not hold every class):
-    then ``classes = arange(n_cols)`` so that column j stays class j.
+    Parameters
+    ----------
+    y : ndarray of shape (n_samples,)
+        Validated labels.
+    n_cols : int
+        The number of logit columns; 1 is a single binary score column,
+        read as the logits ``(0, s)`` of two classes.
+    classes : array-like of shape (n_classes,) or None
+        The calibrator's ``classes`` parameter: the label of each column
+        (two labels, negative then positive, for a single score column).
+        When given, ``y`` may hold any non-empty subset of it, one class
+        included.
+
+    Returns
+    -------
+    classes : ndarray of shape (n_classes,)
+        The label of each column: ``classes`` itself when given; otherwise
+        ``arange(n_classes)`` for integer labels that include 0 and lie in
+        ``range(n_classes)`` (they are the column indices), else the sorted
+        distinct labels, which must then be exactly ``n_classes``.
+    y_encoded : ndarray of shape (n_samples,)
+        Column index of every sample's label.
+
+    Raises
+    ------
+    ValueError
+        When ``classes`` is invalid or misses labels of ``y``; and, without
+        ``classes``, when ``y`` holds a single class or when its labels cannot
+        be matched to the columns unambiguously (the message says to pass
+        ``classes=``).
     """
-    classes, y_encoded = np.unique(y, return_inverse=True)
-    if classes.shape[0] < 2:
+    n_classes = 2 if n_cols == 1 else n_cols
+    columns = "classes of a single score column" if n_cols == 1 else "logit columns"
+    if classes is not None:
+        classes = check_column_classes(
+            classes, n_classes, name="classes", columns=columns
+        )
+        return classes, encode_with_classes(y, classes, y_name="y", name="classes")
+
+    distinct, y_encoded = np.unique(y, return_inverse=True)
+    y_encoded = y_encoded.ravel()
+    if distinct.shape[0] < 2:
         raise ValueError(
             "Calibration needs samples of at least 2 classes; y contains only 1 "
-            f"class: {classes.tolist()!r}."
+            f"class: {distinct.tolist()!r}. Pass classes= (the label of each "
+            "logit column) to fit on a set that holds fewer classes."
         )
-    if n_cols == 1:
-        if classes.shape[0] != 2:
-            raise ValueError(
-                "A single score column is only meaningful for a binary problem, but "
-                f"y has {classes.shape[0]} classes."
-            )
-        return classes, y_encoded
-    if classes.shape[0] == n_cols:
-        return classes, y_encoded
-    is_integer = np.issubdtype(classes.dtype, np.integer) or (
-        classes.dtype == object and all(isinstance(c, Integral) for c in classes)
-    )
-    if is_integer:
-        if classes.min() >= 0 and classes.max() < n_cols:
-            full = np.arange(n_cols, dtype=np.asarray(classes).dtype)
-            return full, np.asarray(y, dtype=np.int64).ravel()
-        raise ValueError(
-            f"y has labels outside the {n_cols} logit columns: integer labels "
-            f"must lie in [0, {n_cols - 1}], got {classes.tolist()!r}."
-        )
+    if (
+        _is_integer_labels(distinct)
+        and distinct.min() == 0
+        and distinct.max() < n_classes
+    ):
+        # Integer labels starting at 0 are the column indices themselves.
+        full = np.arange(n_classes, dtype=np.asarray(distinct).dtype)
+        if distinct.dtype == object:
+            full = full.astype(np.int64)
+        return full, distinct[y_encoded].astype(np.intp)
+    if distinct.shape[0] == n_classes:
+        return distinct, y_encoded
     raise ValueError(
-        f"X has {n_cols} logit columns but y has {classes.shape[0]} classes; "
-        "logits need one column per class (or a single score column for a "
-        "binary problem)."
+        _ambiguous_labels_message(
+            distinct, n_classes, y_name="y", columns=columns, name="classes"
+        )
     )
 
 
@@ -321,10 +499,14 @@ def encode_metric_labels(y_true, n_classes, labels=None):
     n_classes : int
         Number of probability columns.
     labels : array-like of shape (n_classes,) or None
-        ``labels[k]`` is the class of column ``k``. When None, integer labels
-        that all lie in ``range(n_classes)`` are the column indices
-        themselves; otherwise the sorted distinct labels of ``y_true`` must be
-        exactly ``n_classes`` (scikit-learn's order of ``classes_``).
+        ``labels[k]`` is the class of column ``k`` (scikit-learn's ``labels=``
+        convention); every label of ``y_true`` must be among them. When None:
+        boolean labels, and integer labels whose smallest value is 0 and that
+        lie in ``range(n_classes)``, are the column indices themselves;
+        otherwise the sorted distinct labels of ``y_true`` must be exactly
+        ``n_classes`` (scikit-learn's order of ``classes_``). Anything else
+        (for example 1-based labels 1..4 of which 4 is absent, for 4 columns)
+        is ambiguous and raises a ValueError asking for ``labels=``.
 
     Returns
     -------
@@ -332,35 +514,18 @@ def encode_metric_labels(y_true, n_classes, labels=None):
     classes : ndarray of shape (n_classes,)
     """
     if labels is not None:
-        classes = np.asarray(to_numpy(labels))
-        if classes.ndim != 1 or classes.shape[0] != n_classes:
-            raise ValueError(
-                f"labels must list one class per column of y_prob: y_prob has "
-                f"{n_classes} columns, labels has shape {classes.shape}."
-            )
-        sorter = np.argsort(classes, kind="stable")
-        ordered = classes[sorter]
-        if np.any(ordered[1:] == ordered[:-1]):
-            raise ValueError(f"labels contains duplicates: {classes.tolist()!r}.")
-        try:
-            where = np.searchsorted(ordered, y_true)
-            where = np.minimum(where, n_classes - 1)
-            known = ordered[where] == y_true
-        except TypeError:
-            known = np.zeros(y_true.shape[0], dtype=bool)
-            where = np.zeros(y_true.shape[0], dtype=np.intp)
-        if not np.all(known):
-            unknown = np.unique(y_true[~np.asarray(known, dtype=bool)])[:5]
-            raise ValueError(
-                f"y_true contains labels that are not in labels: "
-                f"{unknown.tolist()!r} (labels: {classes.tolist()!r})."
-            )
-        return sorter[where].astype(np.intp, copy=False), classes
+        classes = check_column_classes(
+            labels, n_classes, name="labels", columns="columns of y_prob"
+        )
+        codes = encode_with_classes(y_true, classes, y_name="y_true", name="labels")
+        return codes, classes
 
-    if y_true.dtype == bool or np.issubdtype(y_true.dtype, np.integer):
-        # Fast path without np.unique (a sort): integer labels in range(K)
-        # are the column indices, as for the calibrators' classes_.
-        if y_true.min() >= 0 and y_true.max() < n_classes:
+    if y_true.dtype == bool:
+        return y_true.astype(np.intp), np.arange(n_classes)
+    if np.issubdtype(y_true.dtype, np.integer):
+        # Fast path without np.unique (a sort): integer labels that start at
+        # 0 and lie in range(K) are the column indices, as for classes_.
+        if y_true.min() == 0 and y_true.max() < n_classes:
             return y_true.astype(np.intp, copy=False), np.arange(n_classes)
     if np.issubdtype(y_true.dtype, np.floating) and not np.all(np.isfinite(y_true)):
         raise ValueError("y_true contains NaN or infinity.")
@@ -370,13 +535,26 @@ def encode_metric_labels(y_true, n_classes, labels=None):
         raise TypeError(
             f"y_true mixes label types that cannot be sorted ({exc}); pass labels=."
         ) from None
+    y_codes = y_codes.ravel()
+    if (
+        y_true.dtype == object
+        and _is_integer_labels(classes)
+        and classes.min() == 0
+        and classes.max() < n_classes
+    ):
+        return classes[y_codes].astype(np.intp), np.arange(n_classes)
     if classes.shape[0] != n_classes:
         raise ValueError(
-            f"y_true has {classes.shape[0]} distinct labels but y_prob has "
-            f"{n_classes} columns; pass labels= (the class of each column, for "
-            "example the estimator's classes_)."
+            _ambiguous_labels_message(
+                classes,
+                n_classes,
+                y_name="y_true",
+                columns="columns of y_prob",
+                name="labels",
+                example="for example the estimator's classes_",
+            )
         )
-    return y_codes.astype(np.intp, copy=False).ravel(), classes
+    return y_codes.astype(np.intp, copy=False), classes
 
 
 def check_metric_inputs(y_true, y_prob, *, sample_weight=None, labels=None):

@@ -463,3 +463,57 @@ def test_extreme_logits_give_rows_not_an_abort(capsys, tmp_path, logits_y, monke
     # The non-parametric methods only rank the top-label scores: they fit.
     assert rows["HistogramBinning"]["nll"] is not None
     assert rows["IsotonicCalibration"]["nll"] is not None
+
+
+def test_report_prediction_sets_equal_the_python_api(capsys, npz_two_splits, logits_y):
+    from sklearn_calib.conformal import conformal_report
+    from sklearn_calib.selective import aurc
+
+    logits, y = logits_y
+    report = report_json(
+        capsys, npz_two_splits, "--methods", "TemperatureScaling", "--seed", "3"
+    )
+    proba = reference_proba(logits[:200], y[:200], logits[200:])
+    expected = conformal_report(
+        y[200:],
+        {"TemperatureScaling": proba},
+        conformity_scores=("lac", "aps", "raps"),
+        confidence_levels=(0.9, 0.95),
+        n_splits=20,
+        random_state=3,
+        as_frame=False,
+    )
+    entries = [
+        e for e in report["prediction_sets"] if e["model"] == "TemperatureScaling"
+    ]
+    assert len(entries) == len(expected) == 6
+    for got, want in zip(entries, expected, strict=True):
+        assert got["conformity_score"] == want["conformity_score"]
+        assert got["confidence_level"] == want["confidence_level"]
+        assert got["coverage"] == pytest.approx(want["coverage"], rel=1e-6)
+        assert got["mean_set_size"] == pytest.approx(want["mean_set_size"], rel=1e-6)
+    # The AURC is the selective-prediction area of the same probabilities.
+    assert entries[0]["aurc"] == pytest.approx(aurc(y[200:], proba), rel=1e-6)
+    assert {e["model"] for e in report["prediction_sets"]} == {
+        "Uncalibrated",
+        "TemperatureScaling",
+    }
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_report_shows_a_prediction_set_section(capsys, npz_two_splits, fmt):
+    status, out, err = call(
+        capsys,
+        "report",
+        npz_two_splits,
+        "--methods",
+        "TemperatureScaling",
+        "--format",
+        fmt,
+    )
+    assert status == 0, err
+    assert "Prediction sets (split conformal" in out
+    for header in ("AURC", "LAC 90%", "APS 90%", "RAPS 90%", "LAC 95%", "RAPS 95%"):
+        assert header in out
+    section = out[out.index("Prediction sets") :]
+    assert "TemperatureScaling" in section and "Uncalibrated" in section

@@ -1,0 +1,892 @@
+"""Split-conformal prediction sets over logits.
+
+A :class:`ConformalClassifier` turns the probabilities of a (calibrated)
+classifier into sets of labels that contain the true label with a guaranteed
+probability: fitted on a calibration split of ``n`` exchangeable samples, its
+set for a new sample misses the truth with probability at most
+``alpha = 1 - confidence_level``.
+
+Every score function is one formula, ``s(x, y) = A(r) + U * w(r)``, where
+``r`` is the rank of ``y`` when the classes are sorted by decreasing
+probability (ties: the lower column first), ``A(r)`` is the mass of the
+classes ranked before ``y`` (plus a penalty for RAPS), ``w(r)`` the mass of
+``y`` itself and ``U`` a uniform draw (randomised sets) or 0 (deterministic
+sets). A label enters a set when its score is at most the finite-sample
+quantile of the calibration scores; the same code computes the scores at
+calibration and at prediction, so the two always agree.
+"""
+
+import math
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import BaseEstimator, ClassifierMixin, clone
+from sklearn.utils import check_random_state, get_tags
+from sklearn.utils.multiclass import check_classification_targets
+
+from .utils._compat import (
+    HasMethods,
+    Interval,
+    StrOptions,
+    _fit_context,
+    check_is_fitted,
+    validate_data,
+)
+from .utils._math import row_chunks
+from .utils._validation import (
+    check_sample_weight,
+    expand_binary_scores,
+    resolve_classes,
+    to_numpy,
+)
+
+__all__ = ["ConformalClassifier", "conformal_report"]
+
+CONFORMITY_SCORES = ("lac", "aps", "raps", "saps", "top_k")
+
+# (n + 1) * confidence_level is rounded in floating point; a relative slack of
+# this size keeps a product that is an integer in exact arithmetic (0.9 * 1000)
+# from being rounded up to the next order statistic.
+_LEVEL_RTOL = 1e-12
+
+
+# --- the score functions --------------------------------------------------------
+
+
+def _masked_softmax(logits):
+    """Softmax of logits that may hold ``-inf`` (masked classes), in float64.
+
+    Returns the probabilities and the boolean mask of the ``-inf`` entries,
+    or None when there are none. A row without any finite logit has no
+    distribution and is an error.
+    """
+    logits = np.asarray(logits, dtype=np.float64)
+    masked = np.isneginf(logits)
+    top = logits.max(axis=1, keepdims=True)
+    if not np.all(np.isfinite(top)):
+        row = int(np.flatnonzero(~np.isfinite(top[:, 0]))[0])
+        raise ValueError(
+            f"Row {row} of X has no finite logit: every class is masked (-inf), "
+            "so it has no probability distribution."
+        )
+    proba = np.exp(logits - top)
+    proba /= proba.sum(axis=1, keepdims=True)
+    return proba, (masked if masked.any() else None)
+
+
+def _rank(proba):
+    """Columns by decreasing probability, ties broken towards the lower column.
+
+    The rule is the same at calibration and at prediction. numpy's stable
+    sort is about three times slower than its default one, so rows are sorted
+    with the default sort and only rows holding a tie are sorted again stably.
+    """
+    order = np.argsort(proba, axis=1)[:, ::-1]
+    ranked = np.take_along_axis(proba, order, axis=1)
+    tied = np.flatnonzero((ranked[:, 1:] == ranked[:, :-1]).any(axis=1))
+    if tied.size:
+        order = np.ascontiguousarray(order)
+        order[tied] = np.argsort(-proba[tied], axis=1, kind="stable")
+        ranked[tied] = np.take_along_axis(proba[tied], order[tied], axis=1)
+    return order, ranked
+
+
+def _score_matrix(
+    proba, conformity_score, u=None, *, raps_penalty, raps_k_reg, saps_weight
+):
+    """Conformity score of every (sample, label) pair.
+
+    Parameters
+    ----------
+    proba : ndarray of shape (n_samples, n_classes)
+        float64 probabilities.
+    conformity_score : str
+        One of ``CONFORMITY_SCORES``.
+    u : ndarray of shape (n_samples,) or None
+        Uniform draws of the randomised scores; None for deterministic ones
+        (``U = 0``). Ignored by ``"lac"``, whose score is already continuous.
+
+    Returns
+    -------
+    scores : ndarray of shape (n_samples, n_classes)
+        In the column order of ``proba``; a label is in the set at threshold
+        ``q`` iff its score is at most ``q``.
+    """
+    if conformity_score == "lac":
+        return 1.0 - proba
+    n_samples, n_classes = proba.shape
+    order, ranked = _rank(proba)
+    if conformity_score == "top_k":
+        mass = np.ones_like(ranked)
+    elif conformity_score == "saps":
+        # SAPS keeps the top probability and gives every later rank the same
+        # mass, so only the rank (not the tail probabilities) matters.
+        mass = np.full_like(ranked, saps_weight)
+        mass[:, 0] = ranked[:, 0]
+    else:  # aps, raps
+        mass = ranked
+    before = np.zeros_like(ranked)
+    np.cumsum(mass[:, :-1], axis=1, out=before[:, 1:])
+    if conformity_score == "raps":
+        rank = np.arange(1, n_classes + 1, dtype=np.float64)
+        before += raps_penalty * np.maximum(rank - raps_k_reg, 0.0)
+    if u is not None:
+        before += u[:, None] * mass
+    scores = np.empty_like(before)
+    np.put_along_axis(scores, order, before, axis=1)
+    return scores
+
+
+def _check_targets(y):
+    """Classification labels, without the "looks like regression" hint.
+
+    A calibration split often holds few samples of many classes, which
+    scikit-learn's target-type heuristic reads as regression; here the labels
+    index logit columns, so that hint cannot apply and is not shown.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings(
+            "ignore",
+            message="The number of unique classes is greater than 50%",
+            category=UserWarning,
+        )
+        check_classification_targets(y)
+
+
+def _accepts_sample_weight(estimator):
+    from inspect import Parameter, signature
+
+    parameters = signature(estimator.fit).parameters
+    return "sample_weight" in parameters or any(
+        p.kind is Parameter.VAR_KEYWORD for p in parameters.values()
+    )
+
+
+def _true_label_scores(scores, y_codes):
+    return np.take_along_axis(scores, y_codes[:, None], axis=1)[:, 0]
+
+
+class _SortedScores:
+    """Calibration scores of one group, sorted, with cumulative weights."""
+
+    def __init__(self, scores, weights):
+        order = np.argsort(scores, kind="stable")
+        self.scores = scores[order]
+        self.cum_weights = np.cumsum(weights[order])
+        self.total = float(self.cum_weights[-1]) if len(scores) else 0.0
+
+    def quantile(self, confidence_level):
+        """The finite-sample conformal quantile, ``inf`` when too few samples.
+
+        With unit weights this is the ``ceil((n + 1) * confidence_level)``-th
+        smallest score. Weights count as repetitions of a row and the new
+        sample counts once: the smallest score whose cumulative weight
+        reaches ``confidence_level * (W + 1)``, ``W`` the total weight.
+        """
+        target = confidence_level * (self.total + 1.0) * (1.0 - _LEVEL_RTOL)
+        if target > self.total:
+            return math.inf
+        index = int(np.searchsorted(self.cum_weights, target, side="left"))
+        return float(self.scores[min(index, len(self.scores) - 1)])
+
+
+def _minimum_samples(confidence_level):
+    """Fewest unit-weight samples that give a finite quantile."""
+    return math.ceil(confidence_level / (1.0 - confidence_level) * (1 - _LEVEL_RTOL))
+
+
+def _check_confidence_level(confidence_level):
+    if (
+        isinstance(confidence_level, bool)
+        or not isinstance(confidence_level, Real)
+        or not 0 < confidence_level < 1
+    ):
+        raise ValueError(
+            f"confidence_level must be a float in (0, 1), got {confidence_level!r}."
+        )
+    return float(confidence_level)
+
+
+# --- the estimator -------------------------------------------------------------
+
+
+class ConformalClassifier(ClassifierMixin, BaseEstimator):
+    """Split-conformal prediction sets over logits, after any calibrator.
+
+    Fitted on a calibration split (logits and true labels that the model
+    did not train on), the classifier returns for each new sample a set of
+    labels that contains the true label with probability at least
+    ``confidence_level``, whatever the model and its calibration, as long as
+    the calibration and new samples are exchangeable. Better probabilities
+    give smaller sets, not better coverage.
+
+    Parameters
+    ----------
+    calibrator : estimator with ``fit`` and ``predict_proba``, default=None
+        Maps ``X`` to the probabilities the sets are built from. None:
+        ``X`` holds logits (or log-probabilities) and the probabilities are
+        their softmax. A calibrator of this library (``TemperatureScaling()``)
+        is cloned and fitted on the calibration split in :meth:`fit`; a
+        :class:`~sklearn.frozen.FrozenEstimator` around a calibrator (or any
+        classifier) fitted on other data is used as it is. See Notes for
+        which of the two keeps the guarantee exact.
+    conformity_score : {"lac", "aps", "raps", "saps", "top_k"}, default="lac"
+        How a label is scored, with ``p`` the probabilities, ``r`` the rank of
+        the label by decreasing probability and ``U`` the randomisation:
+
+        - ``"lac"`` (least ambiguous set-valued classifier): ``1 - p_y``;
+          the smallest sets on average; may be empty.
+        - ``"aps"`` (adaptive prediction sets): the mass of the labels
+          ranked before ``y`` plus ``U * p_y``; larger sets for harder samples.
+        - ``"raps"`` (regularised APS): APS plus
+          ``raps_penalty * max(r - raps_k_reg, 0)``, which stops long tails of
+          tiny probabilities from entering the sets.
+        - ``"saps"`` (sorted APS): the top probability, then
+          ``saps_weight`` per further rank; uses the ranks, not the tail
+          probabilities.
+        - ``"top_k"``: the rank itself, ``r - 1 + U``; the same size for
+          every sample (deterministic).
+
+    confidence_level : float in (0, 1), default=0.9
+        Target probability that a set holds the true label, ``1 - alpha``.
+        :meth:`predict_set` may ask for another level.
+    randomized : bool, default=False
+        Randomise the cumulative scores (``U`` uniform on [0, 1], one draw
+        per sample, at calibration and at prediction): the coverage is then
+        ``1 - alpha`` up to ``1/(n + 1)`` rather than at least ``1 - alpha``,
+        at the price of sets that depend on the draw (and may be empty).
+        ``False`` uses ``U = 0``: the label whose cumulative mass crosses the
+        threshold is kept, so the cumulative scores never give an empty set.
+        ``"lac"`` has a continuous score and ignores it.
+    conditional : {"marginal", "class"}, default="marginal"
+        ``"marginal"``: one threshold; coverage on average over samples.
+        ``"class"`` (Mondrian, label-conditional): one threshold per class
+        from that class's calibration samples, so the coverage holds for
+        every true class separately; needs enough calibration samples of
+        every class.
+    raps_penalty : float >= 0, default=0.01
+        RAPS's penalty per rank beyond ``raps_k_reg`` (lambda).
+    raps_k_reg : int >= 0, default=1
+        Ranks up to this one are not penalised by RAPS (k_reg).
+    saps_weight : float > 0, default=0.1
+        SAPS's mass of every rank after the first (lambda).
+    random_state : int, RandomState instance or None, default=None
+        Seeds the draws ``U`` when ``randomized=True``: calibration draws in
+        :meth:`fit`, and the seed of the draws of :meth:`predict_set`, which
+        :meth:`fit` takes from the same generator (so a fitted classifier
+        returns the same sets for the same rows).
+
+    Attributes
+    ----------
+    classes_ : ndarray of shape (n_classes,)
+        Class labels, the columns of :meth:`predict_set` and
+        :meth:`predict_proba`.
+    calibrator_ : estimator or None
+        The fitted calibrator (None when ``calibrator`` is None).
+    conformity_scores_ : ndarray of shape (n_samples,)
+        Score of each calibration sample's true label; ``inf`` where that
+        label was masked (a ``-inf`` logit).
+    quantile_ : float or ndarray of shape (n_classes,)
+        Threshold at ``confidence_level`` (one per class when
+        ``conditional="class"``); ``inf`` where there are too few samples.
+    n_features_in_ : int
+        Number of columns of ``X`` seen in :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Column names of ``X``, when it had string column names.
+
+    See Also
+    --------
+    sklearn_calib.metrics.set_coverage : Fraction of sets holding the truth.
+    sklearn_calib.metrics.mean_set_size : Average number of labels per set.
+    sklearn_calib.selective.risk_coverage_curve : Abstaining instead of sets.
+
+    Notes
+    -----
+    **Quantile.** With ``n`` calibration scores the threshold is the
+    ``ceil((n + 1) * confidence_level)``-th smallest one [1]_; when that rank
+    exceeds ``n`` (fewer than ``confidence_level / alpha`` samples, 9 at 0.9)
+    the threshold is infinite, the sets hold every class and a warning says
+    so. ``sample_weight`` counts as repetitions (weight 2 = the row twice):
+    the threshold is the smallest score whose cumulative weight reaches
+    ``confidence_level * (W + 1)``, ``W`` the total weight.
+
+    **Guarantee.** Coverage is at least ``confidence_level`` when the
+    probabilities do not depend on the calibration split: ``calibrator=None``,
+    a ``FrozenEstimator`` of a calibrator fitted on other data, or a pipeline
+    whose calibrator was fitted elsewhere. A calibrator fitted in :meth:`fit`
+    (or by a :class:`~sklearn.pipeline.Pipeline` on the same rows) sees the
+    calibration labels twice; with one temperature the effect on coverage is
+    far below its sampling noise, but it is not covered by the theorem.
+
+    **Input.** ``X`` is what the calibrator takes: logits for this library's
+    calibrators and for ``calibrator=None``. Log-probabilities are logits
+    too, so ``make_pipeline(TemperatureScaling(), ConformalClassifier())``
+    works: the calibrator's ``transform`` passes calibrated log-probabilities.
+    A pipeline has no ``predict_set``; call ``pipe[-1].predict_set(
+    pipe[:-1].transform(X))``, or use ``calibrator=``. Probabilities ``p``
+    enter as ``np.log(p)``.
+
+    **Masked classes.** With ``calibrator=None`` a logit of ``-inf`` marks a
+    class as impossible (probability exactly 0): it never enters a set, not
+    even a set made full by an infinite threshold. A calibration sample
+    whose true class is masked gets an infinite score (it can never be
+    covered), and a warning. A class whose probability merely underflows to
+    0 from a finite logit is an ordinary class.
+
+    **Ties.** Classes of equal probability are ranked by column, lower
+    first; the rule is the same at calibration and prediction.
+
+    References
+    ----------
+    .. [1] V. Vovk, A. Gammerman and G. Shafer, "Algorithmic Learning in a
+       Random World", Springer, 2005; A. N. Angelopoulos and S. Bates, "A
+       Gentle Introduction to Conformal Prediction and Distribution-Free
+       Uncertainty Quantification", 2021.
+    .. [2] M. Sadinle, J. Lei and L. Wasserman, "Least Ambiguous Set-Valued
+       Classifiers With Bounded Error Levels", JASA 114, 2019 (LAC).
+    .. [3] Y. Romano, M. Sesia and E. Candès, "Classification with Valid and
+       Adaptive Coverage", NeurIPS 2020 (APS).
+    .. [4] A. N. Angelopoulos, S. Bates, J. Malik and M. I. Jordan,
+       "Uncertainty Sets for Image Classifiers using Conformal Prediction",
+       ICLR 2021 (RAPS).
+    .. [5] J. Huang, H. Xi, L. Zhang, H. Yao, Y. Qiu and H. Wei, "Conformal
+       Prediction for Deep Classifier via Label Ranking", ICML 2024 (SAPS).
+    .. [6] V. Vovk, "Conditional Validity of Inductive Conformal Predictors",
+       ACML 2012 (label-conditional, Mondrian).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_calib import TemperatureScaling
+    >>> from sklearn_calib.conformal import ConformalClassifier
+    >>> from sklearn_calib.datasets import load_logits
+    >>> data = load_logits("c100_densenetbc100_netcal")
+    >>> clf = ConformalClassifier(TemperatureScaling(device="cpu"),
+    ...                           conformity_score="aps", confidence_level=0.9)
+    >>> clf = clf.fit(data.logits_val, data.y_val)
+    >>> sets = clf.predict_set(data.logits_test)
+    >>> sets.shape, sets.dtype
+    ((5000, 100), dtype('bool'))
+    >>> coverage = sets[np.arange(len(sets)), data.y_test].mean()
+    >>> bool(coverage >= 0.88)
+    True
+    """
+
+    _parameter_constraints: dict = {
+        "calibrator": [HasMethods(["fit", "predict_proba"]), None],
+        "conformity_score": [StrOptions(set(CONFORMITY_SCORES))],
+        "confidence_level": [Interval(Real, 0, 1, closed="neither")],
+        "randomized": ["boolean"],
+        "conditional": [StrOptions({"marginal", "class"})],
+        "raps_penalty": [Interval(Real, 0, None, closed="left")],
+        "raps_k_reg": [Interval(Integral, 0, None, closed="left")],
+        "saps_weight": [Interval(Real, 0, None, closed="neither")],
+        "random_state": ["random_state"],
+    }
+
+    def __init__(
+        self,
+        calibrator=None,
+        *,
+        conformity_score="lac",
+        confidence_level=0.9,
+        randomized=False,
+        conditional="marginal",
+        raps_penalty=0.01,
+        raps_k_reg=1,
+        saps_weight=0.1,
+        random_state=None,
+    ):
+        self.calibrator = calibrator
+        self.conformity_score = conformity_score
+        self.confidence_level = confidence_level
+        self.randomized = randomized
+        self.conditional = conditional
+        self.raps_penalty = raps_penalty
+        self.raps_k_reg = raps_k_reg
+        self.saps_weight = saps_weight
+        self.random_state = random_state
+
+    # -- input ---------------------------------------------------------------
+
+    def _check_logits(self, X, *, reset, y=None):
+        """Validate logits that may hold ``-inf`` (masked classes)."""
+        X = to_numpy(X)
+        options = dict(
+            reset=reset,
+            dtype=[np.float64, np.float32],
+            ensure_all_finite=False,
+            ensure_min_samples=1,
+        )
+        if y is None:
+            X = validate_data(self, X, **options)
+        else:
+            X, y = validate_data(self, X, to_numpy(y), **options)
+        if np.isnan(X).any():
+            raise ValueError("Input X contains NaN.")
+        if np.isposinf(X).any():
+            raise ValueError(
+                "Input X contains infinity: +inf is not a logit (-inf, a masked "
+                "class of probability 0, is allowed)."
+            )
+        X = expand_binary_scores(X)
+        return X if y is None else (X, y)
+
+    def _probabilities(self, X):
+        """float64 probabilities of validated input, and the mask or None."""
+        if self.calibrator_ is None:
+            return self._probabilities_of_logits(self._check_logits(X, reset=False))
+        proba = np.asarray(self.calibrator_.predict_proba(X), dtype=np.float64)
+        if proba.ndim != 2 or proba.shape[1] != len(self.classes_):
+            raise ValueError(
+                f"The calibrator's predict_proba returned shape {proba.shape}; "
+                f"expected (n_samples, {len(self.classes_)})."
+            )
+        return proba, None
+
+    def _scoring_params(self):
+        """The parameters of the score function, as the constructor holds them."""
+        return {
+            "conformity_score": self.conformity_score,
+            "raps_penalty": float(self.raps_penalty),
+            "raps_k_reg": int(self.raps_k_reg),
+            "saps_weight": float(self.saps_weight),
+        }
+
+    def _scores(self, proba, u):
+        # The parameters fixed by fit: changing them afterwards (set_params)
+        # without refitting cannot desynchronise scores and thresholds.
+        return _score_matrix(proba, u=u, **self._scoring)
+
+    # -- fit -----------------------------------------------------------------
+
+    @_fit_context(
+        # the calibrator validates its own parameters in its fit
+        prefer_skip_nested_validation=False
+    )
+    def fit(self, X, y, sample_weight=None):
+        """Compute the calibration scores (and fit the calibrator, if any).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits of the calibration split (what the calibrator takes; a
+            single score column for a binary problem with
+            ``calibrator=None``). May hold ``-inf`` (masked classes) when
+            ``calibrator`` is None.
+        y : array-like of shape (n_samples,)
+            True labels.
+        sample_weight : array-like of shape (n_samples,), default=None
+            Non-negative frequency weights of the calibration samples; also
+            passed to the calibrator's ``fit``.
+
+        Returns
+        -------
+        self : object
+            The fitted classifier.
+        """
+        if y is None:
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y "
+                "is None."
+            )
+        if self.calibrator is None:
+            self.calibrator_ = None
+            X, y = self._check_logits(X, reset=True, y=y)
+            _check_targets(y)
+            sample_weight = check_sample_weight(sample_weight, X)
+            self.classes_, y_codes = resolve_classes(y, X.shape[1])
+            proba, masked = self._probabilities_of_logits(X)
+        else:
+            self.calibrator_ = clone(self.calibrator)
+            fit_params = {}
+            if sample_weight is not None:
+                sample_weight = check_sample_weight(sample_weight, X)
+                fit_params["sample_weight"] = sample_weight
+                if not _accepts_sample_weight(self.calibrator_):
+                    raise TypeError(
+                        f"{type(self.calibrator_).__name__}.fit does not accept "
+                        "sample_weight, so it would be fitted without the weights "
+                        "the conformal scores use. Fit it beforehand and pass "
+                        "FrozenEstimator(fitted), or drop the weights."
+                    )
+            self.calibrator_.fit(X, y, **fit_params)
+            y = np.asarray(to_numpy(y))
+            if y.ndim == 2 and y.shape[1] == 1:
+                y = y[:, 0]
+            _check_targets(y)
+            self.classes_ = np.asarray(self.calibrator_.classes_)
+            y_codes = self._encode(y)
+            for name in ("n_features_in_", "feature_names_in_"):
+                if hasattr(self.calibrator_, name):
+                    setattr(self, name, getattr(self.calibrator_, name))
+            proba, masked = self._probabilities(X)
+            sample_weight = check_sample_weight(sample_weight, proba)
+        if proba.shape[0] != y_codes.shape[0]:
+            raise ValueError(
+                "X and y have inconsistent numbers of samples: "
+                f"{proba.shape[0]} and {y_codes.shape[0]}."
+            )
+
+        self._scoring = self._scoring_params()
+        self._randomized = bool(self.randomized) and self.conformity_score != "lac"
+        self._conditional = self.conditional
+        random_state = check_random_state(self.random_state)
+        u = None
+        if self._randomized:
+            u = random_state.uniform(size=proba.shape[0])
+            self._prediction_seed = int(random_state.randint(np.iinfo(np.int32).max))
+        scores = np.empty(proba.shape[0], dtype=np.float64)
+        for rows in row_chunks(*proba.shape):
+            block = self._scores(proba[rows], None if u is None else u[rows])
+            if masked is not None:
+                block[masked[rows]] = np.inf
+            scores[rows] = _true_label_scores(block, y_codes[rows])
+        n_impossible = int(np.count_nonzero(np.isinf(scores) & (sample_weight > 0)))
+        if n_impossible:
+            warnings.warn(
+                f"The true class of {n_impossible} calibration sample(s) is masked "
+                "(logit -inf): no set can hold it, so those samples count as never "
+                "covered.",
+                UserWarning,
+                stacklevel=2,
+            )
+        self.conformity_scores_ = scores
+        if self._conditional == "marginal":
+            self._groups = [_SortedScores(scores, sample_weight)]
+        else:
+            self._groups = [
+                _SortedScores(scores[y_codes == k], sample_weight[y_codes == k])
+                for k in range(len(self.classes_))
+            ]
+        self.quantile_ = self._thresholds(self.confidence_level, warn=True)
+        return self
+
+    def _probabilities_of_logits(self, logits):
+        proba = np.empty(logits.shape, dtype=np.float64)
+        masked = np.zeros(logits.shape, dtype=bool)
+        any_masked = False
+        for rows in row_chunks(*logits.shape):
+            block, block_mask = _masked_softmax(logits[rows])
+            proba[rows] = block
+            if block_mask is not None:
+                masked[rows] = block_mask
+                any_masked = True
+        return proba, (masked if any_masked else None)
+
+    def _encode(self, y):
+        """Column index of each label in ``classes_`` (which need not be sorted)."""
+        order = np.argsort(self.classes_, kind="stable")
+        ordered = self.classes_[order]
+        where = np.minimum(np.searchsorted(ordered, y), len(ordered) - 1)
+        unknown = ordered[where] != y
+        if np.any(unknown):
+            raise ValueError(
+                f"y has labels {np.unique(y[unknown]).tolist()[:5]} that are not "
+                f"among the calibrator's classes {self.classes_.tolist()}."
+            )
+        return order[where].astype(np.intp)
+
+    def _thresholds(self, confidence_level, *, warn):
+        """The threshold(s) at ``confidence_level``; warns about infinite ones."""
+        quantiles = np.array([g.quantile(confidence_level) for g in self._groups])
+        if warn and np.isinf(quantiles).any():
+            needed = _minimum_samples(confidence_level)
+            if self._conditional == "marginal":
+                where = f"the {self._groups[0].total:g} calibration sample(s)"
+            else:
+                short = self.classes_[np.isinf(quantiles)].tolist()
+                where = f"the calibration samples of classes {short[:10]}"
+                if len(short) > 10:
+                    where += f" (and {len(short) - 10} more)"
+            warnings.warn(
+                f"Too few calibration samples for confidence_level="
+                f"{confidence_level:g}: {where} cannot bound the "
+                f"{confidence_level:g} quantile (at least {needed} unit-weight "
+                "samples are needed), so the threshold is infinite and those sets "
+                "hold every class.",
+                UserWarning,
+                stacklevel=3,
+            )
+        return float(quantiles[0]) if self._conditional == "marginal" else quantiles
+
+    # -- prediction ----------------------------------------------------------
+
+    def predict_set(self, X, confidence_level=None):
+        """Prediction sets: which labels each sample's set holds.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits, as in :meth:`fit`.
+        confidence_level : float in (0, 1), default=None
+            Coverage target of these sets; None uses the constructor's. The
+            threshold comes from the stored calibration scores, so any level
+            costs no refit.
+
+        Returns
+        -------
+        sets : ndarray of shape (n_samples, n_classes) of bool
+            ``sets[i, k]`` is True when ``classes_[k]`` is in sample ``i``'s set.
+        """
+        check_is_fitted(self)
+        if confidence_level is None:
+            confidence_level = self.confidence_level
+        confidence_level = _check_confidence_level(confidence_level)
+        thresholds = self._thresholds(
+            confidence_level, warn=confidence_level != self.confidence_level
+        )
+        proba, masked = self._probabilities(X)
+        u = None
+        if self._randomized:
+            u = np.random.RandomState(self._prediction_seed).uniform(size=len(proba))
+        sets = np.empty(proba.shape, dtype=bool)
+        for rows in row_chunks(*proba.shape):
+            block = self._scores(proba[rows], None if u is None else u[rows])
+            if masked is not None:
+                block[masked[rows]] = np.inf
+            # A finite score at most the threshold: an infinite threshold (too
+            # few samples) still leaves masked classes out.
+            sets[rows] = (block <= thresholds) & np.isfinite(block)
+        return sets
+
+    def predict_proba(self, X):
+        """Class probabilities: the calibrator's, or the softmax of ``X``.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits, as in :meth:`fit`.
+
+        Returns
+        -------
+        proba : ndarray of shape (n_samples, n_classes)
+            Columns ordered as ``classes_``; masked classes get exactly 0.
+        """
+        check_is_fitted(self)
+        if self.calibrator_ is not None:
+            return self.calibrator_.predict_proba(X)
+        logits = self._check_logits(X, reset=False)
+        out = np.empty(logits.shape, dtype=logits.dtype)
+        for rows in row_chunks(*logits.shape):
+            out[rows] = _masked_softmax(logits[rows])[0]
+        return out
+
+    def predict(self, X):
+        """Most probable class (the point prediction beside the set).
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits, as in :meth:`fit`.
+
+        Returns
+        -------
+        y_pred : ndarray of shape (n_samples,)
+            Labels from ``classes_``.
+        """
+        check_is_fitted(self)
+        if self.calibrator_ is not None:
+            return self.calibrator_.predict(X)
+        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        if self.calibrator is None:
+            tags.input_tags.two_d_array = True
+            tags.input_tags.allow_nan = False
+        else:
+            inner = get_tags(self.calibrator)
+            tags.input_tags.sparse = inner.input_tags.sparse
+            tags.input_tags.allow_nan = inner.input_tags.allow_nan
+            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
+        return tags
+
+
+# --- a report for the command line ----------------------------------------------
+
+
+def conformal_report(
+    y_true,
+    y_prob,
+    *,
+    conformity_scores=("lac", "aps", "raps"),
+    confidence_levels=(0.9, 0.95),
+    n_splits=20,
+    calibration_size=0.5,
+    randomized=False,
+    random_state=0,
+    labels=None,
+    as_frame=True,
+):
+    """Coverage and set size of conformal sets, and AURC, for several models.
+
+    The probabilities of each model on one labelled set are split at random,
+    ``n_splits`` times, into a calibration part and an evaluation part: each
+    score function is calibrated on the first and its sets are measured on
+    the second, and the figures are averaged over the splits (the protocol
+    of the conformal-prediction papers). The area under the risk-coverage
+    curve of each model (on all samples) completes the row.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes), or mapping
+        Probabilities of one model, or a mapping from a model's name to its
+        probabilities (for example the test probabilities of every method of
+        a calibration report); the mapping's order is the row order.
+    conformity_scores : sequence of str, default=("lac", "aps", "raps")
+        Score functions of :class:`ConformalClassifier`, with its default
+        parameters.
+    confidence_levels : sequence of float, default=(0.9, 0.95)
+        Coverage targets ``1 - alpha``.
+    n_splits : int, default=20
+        Number of random calibration / evaluation splits.
+    calibration_size : float in (0, 1), default=0.5
+        Fraction of the samples used for calibration in each split.
+    randomized : bool, default=False
+        Randomised scores (see :class:`ConformalClassifier`), with fresh
+        draws in every split.
+    random_state : int, RandomState instance or None, default=0
+        Seeds the splits (and the draws of randomised scores).
+    labels : array-like of shape (n_classes,), default=None
+        The class of each probability column, as in the metrics.
+    as_frame : bool, default=True
+        Return a :class:`pandas.DataFrame`; otherwise a list of dicts.
+
+    Returns
+    -------
+    report : pandas.DataFrame or list of dict
+        One row per (model, score, confidence level) with columns
+        ``model``, ``conformity_score``, ``confidence_level``, ``coverage``
+        (mean over splits), ``coverage_std`` (its standard deviation over
+        splits), ``mean_set_size``, ``empty_set_rate``, and the model's
+        ``aurc`` and ``excess_aurc`` (the same on each of its rows).
+
+    See Also
+    --------
+    ConformalClassifier : The sets measured here.
+    sklearn_calib.selective.aurc : The area under the risk-coverage curve.
+    sklearn_calib.metrics.calibration_report : The calibration metrics.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_calib.conformal import conformal_report
+    >>> from sklearn_calib.datasets import load_logits
+    >>> data = load_logits("c10_densenet40_guo")
+    >>> logits = data.logits_test - data.logits_test.max(1, keepdims=True)
+    >>> proba = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    >>> report = conformal_report(data.y_test, {"raw": proba}, n_splits=5,
+    ...                           conformity_scores=["lac"],
+    ...                           confidence_levels=[0.9])
+    >>> list(report.columns)[:4]
+    ['model', 'conformity_score', 'confidence_level', 'coverage']
+    >>> bool(abs(report["coverage"].iloc[0] - 0.9) < 0.02)
+    True
+    """
+    from collections.abc import Mapping
+
+    from .metrics._selective import _selective_statistics, aurc_from_statistics
+    from .utils._validation import check_metric_inputs
+
+    scores_chosen = (
+        [conformity_scores]
+        if isinstance(conformity_scores, str)
+        else list(conformity_scores)
+    )
+    for name in scores_chosen:
+        if name not in CONFORMITY_SCORES:
+            raise ValueError(
+                f"Unknown conformity score {name!r}; choose from {CONFORMITY_SCORES}."
+            )
+    if not scores_chosen:
+        raise ValueError("conformity_scores is empty; name at least one.")
+    levels = [
+        _check_confidence_level(c)
+        for c in (
+            [confidence_levels]
+            if isinstance(confidence_levels, Real)
+            else confidence_levels
+        )
+    ]
+    if not levels:
+        raise ValueError("confidence_levels is empty; give at least one.")
+    if isinstance(n_splits, bool) or not isinstance(n_splits, Integral) or n_splits < 1:
+        raise ValueError(f"n_splits must be a positive integer, got {n_splits!r}.")
+    if (
+        isinstance(calibration_size, bool)
+        or not isinstance(calibration_size, Real)
+        or not 0 < calibration_size < 1
+    ):
+        raise ValueError(
+            f"calibration_size must be a float in (0, 1), got {calibration_size!r}."
+        )
+    is_mapping = isinstance(y_prob, Mapping)
+    models = dict(y_prob) if is_mapping else {"model": y_prob}
+    if not models:
+        raise ValueError("y_prob is an empty mapping; give at least one model.")
+
+    rows = []
+    for model, proba in models.items():
+        try:
+            y_codes, proba, _, _ = check_metric_inputs(y_true, proba, labels=labels)
+        except ValueError as exc:
+            if not is_mapping:
+                raise
+            raise ValueError(f"y_prob[{model!r}]: {exc}") from exc
+        n_samples = proba.shape[0]
+        n_cal = int(round(calibration_size * n_samples))
+        if n_cal < 1 or n_cal >= n_samples:
+            raise ValueError(
+                f"calibration_size={calibration_size} leaves no calibration or no "
+                f"evaluation sample among {n_samples}."
+            )
+        proba = np.asarray(proba, dtype=np.float64)
+        stats = _selective_statistics(y_codes, proba, None, None)
+        area, excess = aurc_from_statistics(stats)
+        rng = check_random_state(random_state)
+        splits = [rng.permutation(n_samples) for _ in range(n_splits)]
+        # One draw per sample and split, shared by the score functions.
+        draws = [rng.uniform(size=n_samples) for _ in splits] if randomized else None
+        for name in scores_chosen:
+            scoring = ConformalClassifier(conformity_score=name)._scoring_params()
+            drawn = randomized and name != "lac"
+            fixed = None if drawn else _score_matrix(proba, **scoring)
+            results = {level: ([], [], []) for level in levels}
+            for index, perm in enumerate(splits):
+                scores = (
+                    _score_matrix(proba, u=draws[index], **scoring) if drawn else fixed
+                )
+                true_scores = _true_label_scores(scores, y_codes)
+                cal, held = perm[:n_cal], perm[n_cal:]
+                ranked = _SortedScores(true_scores[cal], np.ones(n_cal))
+                for level in levels:
+                    sets = scores[held] <= ranked.quantile(level)
+                    sizes = sets.sum(axis=1)
+                    coverage, size, empty = results[level]
+                    coverage.append(sets[np.arange(len(held)), y_codes[held]].mean())
+                    size.append(sizes.mean())
+                    empty.append(np.mean(sizes == 0))
+            for level in levels:
+                coverage, size, empty = results[level]
+                rows.append(
+                    {
+                        "model": model,
+                        "conformity_score": name,
+                        "confidence_level": level,
+                        "coverage": float(np.mean(coverage)),
+                        "coverage_std": float(np.std(coverage)),
+                        "mean_set_size": float(np.mean(size)),
+                        "empty_set_rate": float(np.mean(empty)),
+                        "aurc": area,
+                        "excess_aurc": excess,
+                    }
+                )
+    if not as_frame:
+        return rows
+    import pandas as pd
+
+    return pd.DataFrame(rows)
