@@ -3,10 +3,17 @@
 from numbers import Integral, Real
 
 import numpy as np
-from sklearn.base import clone
 
+from ._selection import _with_code_classes
 from .base import BaseCalibrator
 from .utils._compat import HasMethods, Interval, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_float,
+    check_state_int,
+    fail_state,
+    get_state,
+)
 from .utils._math import log_softmax
 from .utils._validation import check_device
 
@@ -109,6 +116,9 @@ class MarginTemperatureScaling(BaseCalibrator):
         Tolerance on the largest entry of the projected gradient.
     device : {"auto", "cpu", "cuda"} or "cuda:N", default="auto"
         Where the temperature is fitted (the base uses its own ``device``).
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (see
+        :class:`BaseCalibrator`); ``None`` infers them from ``y``.
 
     Attributes
     ----------
@@ -194,6 +204,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         max_iter=500,
         tol=1e-6,
         device="auto",
+        classes=None,
     ):
         self.base = base
         self.n_knots = n_knots
@@ -205,6 +216,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         self.max_iter = max_iter
         self.tol = tol
         self.device = device
+        self.classes = classes
 
     def _base_log_proba(self, logits):
         """The fitted base's log-probabilities, float64."""
@@ -219,7 +231,10 @@ class MarginTemperatureScaling(BaseCalibrator):
         )
 
         torch_device = resolve_device(check_device(self.device))
-        base = _default_base() if self.base is None else clone(self.base)
+        base = _default_base() if self.base is None else self.base
+        # The base sees integer codes; told the class set, it fits even when
+        # the calibration set lacks a class.
+        base = _with_code_classes(base, logits.shape[1])
         self.base_ = base.fit(logits, y, sample_weight=sample_weight)
         # Zero-weight rows change no sum: leaving them out is exact.
         keep = sample_weight > 0
@@ -265,6 +280,24 @@ class MarginTemperatureScaling(BaseCalibrator):
         self.log_inverse_temperature_ = fit.log_inverse_temperature
         self.loss_ = fit.loss
         self.n_iter_ = fit.n_iter
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        knots = check_state_array(self, "knots_", ndim=1, finite=True, low=0.0)
+        if knots.shape[0] < 1 or np.any(np.diff(knots) <= 0):
+            fail_state(self, "knots_", "must be at least one increasing margin")
+        check_state_array(
+            self,
+            "log_inverse_temperature_",
+            shape=knots.shape,
+            finite=True,
+        )
+        check_state_float(self, "loss_")
+        check_state_int(self, "n_iter_")
+        base = get_state(self, "base_")
+        if not hasattr(base, "transform"):
+            fail_state(self, "base_", "must be a fitted calibrator")
+        check_is_fitted(base)
 
     def _inverse_temperatures(self, log_proba):
         from ._torch._margin import log_inverse_temperature

@@ -13,6 +13,7 @@ from sklearn.utils import get_tags
 
 from .base import BaseCalibrator
 from .utils._compat import HasMethods, StrOptions, check_is_fitted
+from .utils._fitted_state import check_state_int, fail_state, get_state
 
 
 def _default_calibrators():
@@ -57,6 +58,14 @@ def _summarise(names, scores, fit_times, score_times):
             ranks = rankdata(-finite, method="min").astype(np.int32)
             results["rank_test_score"] = ranks
     return results
+
+
+def _with_code_classes(estimator, n_classes):
+    """A clone told that its columns are the codes 0..n_classes-1, if it can be."""
+    estimator = clone(estimator)
+    if "classes" in estimator.get_params(deep=False):
+        estimator.set_params(classes=np.arange(n_classes))
+    return estimator
 
 
 class CalibratorSelector(BaseCalibrator):
@@ -106,6 +115,9 @@ class CalibratorSelector(BaseCalibrator):
         re-raises the error. A candidate with a NaN mean score is never
         chosen; if every candidate has one, the first is used, with a
         warning.
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (see
+        :class:`BaseCalibrator`); ``None`` infers them from ``y``.
 
     Attributes
     ----------
@@ -185,12 +197,19 @@ class CalibratorSelector(BaseCalibrator):
     }
 
     def __init__(
-        self, calibrators=None, *, scoring="neg_log_loss", cv=5, error_score=np.nan
+        self,
+        calibrators=None,
+        *,
+        scoring="neg_log_loss",
+        cv=5,
+        error_score=np.nan,
+        classes=None,
     ):
         self.calibrators = calibrators
         self.scoring = scoring
         self.cv = cv
         self.error_score = error_score
+        self.classes = classes
 
     def _candidates(self):
         """(names, estimators) of the candidates, checked."""
@@ -235,6 +254,9 @@ class CalibratorSelector(BaseCalibrator):
 
     def _fit(self, logits, y, sample_weight):
         names, estimators = self._candidates()
+        # The class set is known from all of y: a training part that lacks a
+        # class (or holds a single one) still fits, column j staying code j.
+        estimators = [_with_code_classes(e, logits.shape[1]) for e in estimators]
         scorer = self._get_scorer()
         splits = self._splits(logits, y)
         # Unit weights are no weights: estimators without sample_weight
@@ -340,6 +362,21 @@ class CalibratorSelector(BaseCalibrator):
             )
             return float(self.error_score), time.perf_counter() - start, 0.0
         return score, fit_time, score_time
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        n_candidates = len(self._candidates()[0])
+        index = check_state_int(self, "best_index_")
+        if index >= n_candidates:
+            fail_state(self, "best_index_", f"must be < {n_candidates}, got {index}")
+        check_state_int(self, "n_splits_")
+        best = get_state(self, "best_estimator_")
+        if not hasattr(best, "transform"):
+            fail_state(self, "best_estimator_", "must be a fitted calibrator")
+        check_is_fitted(best)
+        results = get_state(self, "cv_results_")
+        if not isinstance(results, dict) or "mean_test_score" not in results:
+            fail_state(self, "cv_results_", "must be a dict of results")
 
     def _calibrated_logits(self, logits):
         # The chosen calibrator's log-probabilities are calibrated logits:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.optimize import approx_fprime, minimize
 from scipy.special import logsumexp
-from sklearn.base import clone
+from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_calib import (
@@ -44,15 +44,18 @@ def _log_softmax(z):
 def _skewed_logits(n_samples=3000, seed=0):
     """Over-confident at low margins, under-confident at high ones.
 
-    The true logits t give y; the returned logits shrink large true margins and
-    stretch small ones, which no single temperature undoes.
+    The true logits t give y; the returned logits are t * 2 / (1 + m_t / 2)
+    with m_t the true margin: stretched (2x) where the margin is small,
+    shrunk where it is large, which no single temperature undoes. The
+    observed margin grows with m_t, so a temperature of the margin can.
     """
     rng = np.random.default_rng(seed)
     t = rng.normal(scale=2.5, size=(n_samples, 4))
     p = np.exp(_log_softmax(t))
     y = (rng.random((n_samples, 1)) > p.cumsum(axis=1)).sum(axis=1).clip(0, 3)
-    scale = 2.0 / (1.0 + 0.3 * np.abs(t).max(axis=1, keepdims=True))
-    return t * scale, y
+    top2 = np.sort(t, axis=1)[:, -2:]
+    margin = top2[:, 1] - top2[:, 0]
+    return t * (2.0 / (1.0 + 0.5 * margin))[:, None], y
 
 
 def reference_objective(u, log_proba, y, knots, ece_weight, alpha, n_bins=15):
@@ -168,7 +171,8 @@ def test_corrects_what_one_temperature_cannot():
     low, high = margins < np.quantile(margins, 0.2), margins > np.quantile(margins, 0.8)
     assert temperatures[low].mean() > temperatures[high].mean()
     ece = expected_calibration_error
-    assert ece(y_test, mts.predict_proba(X_test)) < 0.7 * ece(
+    # measured: 5.9 % -> 1.2 % (SMART: 1.3 %)
+    assert ece(y_test, mts.predict_proba(X_test)) < 0.4 * ece(
         y_test, ts.predict_proba(X_test)
     )
     assert log_loss(y_test, mts.predict_proba(X_test)) < log_loss(
@@ -212,10 +216,24 @@ def test_masked_classes_keep_probability_zero():
     np.testing.assert_array_equal(mts.predict_proba(single), [[0, 0, 1, 0]])
 
 
+class _Passthrough(BaseEstimator):
+    """A base that keeps the logits: its log-probabilities are log_softmax(X)."""
+
+    def fit(self, X, y, sample_weight=None):
+        self.fitted_ = True
+        return self
+
+    def transform(self, X):
+        return _log_softmax(np.asarray(X, dtype=np.float64))
+
+
 def test_true_class_masked_raises():
     X, y = make_logits(n_samples=300, n_classes=3, seed=10)
     X[0, y[0]] = -np.inf
     with pytest.raises(ValueError, match="true class"):
+        _mts(_Passthrough()).fit(X, y)
+    # temperature scaling refuses it first, with its own message
+    with pytest.raises(ValueError, match="masked"):
         _mts().fit(X, y)
 
 
@@ -272,8 +290,8 @@ def test_lower_ece_than_the_base_on_a_real_set():
     data = load_shared("c10_resnet50_cross_entropy_smart")
     X, y = data["logits_val"], data["y_val"]
     X_test, y_test = data["logits_test"].astype(np.float64), data["y_test"]
-    base = MatrixScaling(device="cpu").fit(X, y)
     mts = _mts(MatrixScaling(device="cpu")).fit(X, y)
+    base = mts.base_
     ece = {
         name: 100 * expected_calibration_error(y_test, model.predict_proba(X_test))
         for name, model in [("base", base), ("mts", mts)]
