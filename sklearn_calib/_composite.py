@@ -1,10 +1,12 @@
 """A base calibration map followed by a temperature that depends on the margin."""
 
+import warnings
 from numbers import Integral, Real
 
 import numpy as np
+from sklearn.base import clone
 
-from ._selection import _with_code_classes
+from ._selection import CalibratorSelector, _partitions, _with_code_classes, cv_splits
 from .base import BaseCalibrator
 from .utils._compat import HasMethods, Interval, check_is_fitted
 from .utils._fitted_state import (
@@ -20,7 +22,6 @@ from .utils._validation import check_device
 
 def _default_base():
     from ._scaling import MatrixScaling, TemperatureScaling
-    from ._selection import CalibratorSelector
 
     return CalibratorSelector([TemperatureScaling(), MatrixScaling()])
 
@@ -91,6 +92,16 @@ class MarginTemperatureScaling(BaseCalibrator):
         estimator over logits with ``fit(X, y, sample_weight)`` and
         ``transform`` returning log-probabilities). ``None`` means
         ``CalibratorSelector([TemperatureScaling(), MatrixScaling()])``.
+    cv : int, cross-validation generator, iterable or None, default=5
+        Where the temperature's training data come from: the base's
+        out-of-fold log-probabilities over these splits (stratified folds for
+        an int; the test parts must hold out every row exactly once), while
+        the base used for prediction is fitted on all rows. A
+        :class:`CalibratorSelector` base (the default) is cross-validated on
+        these same splits, which both choose its candidate and give the
+        out-of-fold predictions. ``None`` fits the temperature on the base's
+        predictions of its own calibration rows: one base fit, but a base
+        that overfits looks better calibrated there than on new data.
     n_knots : int, default=8
         Number of knots of :math:`\log\beta` (fewer where the margins have
         fewer distinct values). One knot is temperature scaling of the base.
@@ -181,6 +192,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         **BaseCalibrator._parameter_constraints,
         "base": [HasMethods(["fit", "transform"]), None],
         "n_knots": [Interval(Integral, 1, None, closed="left")],
+        "cv": ["cv_object", None],
         "ece_weight": [Interval(Real, 0, None, closed="left")],
         "alpha": [Interval(Real, 0, None, closed="left")],
         "n_bins": [Interval(Integral, 1, None, closed="left")],
@@ -201,12 +213,14 @@ class MarginTemperatureScaling(BaseCalibrator):
         n_bins=15,
         sigma=0.05,
         delta=1e-3,
+        cv=5,
         max_iter=500,
         tol=1e-6,
         device="auto",
         classes=None,
     ):
         self.base = base
+        self.cv = cv
         self.n_knots = n_knots
         self.ece_weight = ece_weight
         self.alpha = alpha
@@ -231,14 +245,10 @@ class MarginTemperatureScaling(BaseCalibrator):
         )
 
         torch_device = resolve_device(check_device(self.device))
-        base = _default_base() if self.base is None else self.base
-        # The base sees integer codes; told the class set, it fits even when
-        # the calibration set lacks a class.
-        base = _with_code_classes(base, logits.shape[1])
-        self.base_ = base.fit(logits, y, sample_weight=sample_weight)
+        log_proba = self._training_log_proba(logits, y, sample_weight)
         # Zero-weight rows change no sum: leaving them out is exact.
         keep = sample_weight > 0
-        log_proba = self._base_log_proba(logits[keep])
+        log_proba = log_proba[keep]
         y, sample_weight = y[keep], sample_weight[keep]
         if not np.all(np.isfinite(log_proba[np.arange(y.shape[0]), y])):
             raise ValueError(
@@ -298,6 +308,50 @@ class MarginTemperatureScaling(BaseCalibrator):
         if not hasattr(base, "transform"):
             fail_state(self, "base_", "must be a fitted calibrator")
         check_is_fitted(base)
+
+    def _training_log_proba(self, logits, y, sample_weight):
+        """Fit ``base_`` on every row; return what the temperature is fitted on.
+
+        With ``cv``, the base's out-of-fold log-probabilities: each row as
+        predicted by a base fitted without it, so the temperature corrects the
+        base's miscalibration on unseen data (its overfitting included), not
+        on the rows it was fitted to.
+        """
+        base = _default_base() if self.base is None else self.base
+        # The base sees integer codes; told the class set, it fits even when
+        # a training part lacks a class.
+        base = _with_code_classes(base, logits.shape[1])
+        if self.cv is None:
+            self.base_ = base.fit(logits, y, sample_weight=sample_weight)
+            return self._base_log_proba(logits)
+        splits = cv_splits(self.cv, logits, y)
+        if isinstance(base, CalibratorSelector):
+            # One cross-validation both chooses the candidate and gives its
+            # out-of-fold predictions.
+            base.set_params(cv=splits)
+            oof = base._fit_with_oof(logits, y, sample_weight)
+            self.base_ = base
+        else:
+            oof = None
+            if _partitions(splits, logits.shape[0]):
+                oof = np.empty(logits.shape)
+                for train, test in splits:
+                    fold = clone(base).fit(
+                        logits[train], y[train], sample_weight=sample_weight[train]
+                    )
+                    oof[test] = fold.transform(logits[test])
+            self.base_ = base.fit(logits, y, sample_weight=sample_weight)
+        if oof is None:
+            warnings.warn(
+                f"No out-of-fold predictions of the base with cv={self.cv!r} "
+                "(the test parts must hold out every row exactly once, and the "
+                "base fit on each part); the temperature is fitted on the "
+                "base's predictions of its own calibration rows.",
+                UserWarning,
+                stacklevel=4,
+            )
+            return self._base_log_proba(logits)
+        return log_softmax(np.asarray(oof, dtype=np.float64))
 
     def _inverse_temperatures(self, log_proba):
         from ._torch._margin import log_inverse_temperature

@@ -14,6 +14,12 @@ from scipy.optimize import approx_fprime, minimize
 from scipy.special import logsumexp
 from sklearn.base import BaseEstimator, clone
 from sklearn.exceptions import ConvergenceWarning
+from sklearn.model_selection import (
+    KFold,
+    LeaveOneGroupOut,
+    ShuffleSplit,
+    StratifiedKFold,
+)
 
 from sklearn_calib import (
     SMART,
@@ -33,6 +39,8 @@ def _ts():
 
 
 def _mts(base=None, **params):
+    # in-sample unless a test is about cv: the references below are in-sample
+    params.setdefault("cv", None)
     params.setdefault("device", "cpu")
     return MarginTemperatureScaling(_ts() if base is None else base, **params)
 
@@ -192,12 +200,90 @@ def test_deterministic_and_large_alpha_gives_the_base():
     )
 
 
-def test_default_base_is_chosen_by_cross_validated_nll():
-    X, y = make_logits(n_samples=600, n_classes=3, seed=8)
+def _fit_on(estimator, X, y, rows, sample_weight=None):
+    weights = None if sample_weight is None else sample_weight[rows]
+    return clone(estimator).fit(X[rows], y[rows], sample_weight=weights)
+
+
+def test_cv_fits_the_temperature_on_out_of_fold_base_predictions():
+    X, y = _skewed_logits(n_samples=900, seed=14)
+    base = VectorScaling(device="cpu")
+    splits = list(KFold(3, shuffle=True, random_state=0).split(X))
+    mts = _mts(base, cv=splits).fit(X, y)
+    # by hand: each row predicted by the base fitted without it
+    oof = np.empty(X.shape)
+    for train, test in splits:
+        oof[test] = _fit_on(base, X, y, train).transform(X[test])
+    on_oof = _mts(_Passthrough()).fit(oof, y)
+    np.testing.assert_allclose(mts.knots_, on_oof.knots_, rtol=1e-10)
+    np.testing.assert_allclose(
+        mts.log_inverse_temperature_, on_oof.log_inverse_temperature_, atol=1e-7
+    )
+    # the base that predicts is fitted on every row
+    full = clone(base).fit(X, y)
+    np.testing.assert_allclose(mts.base_.coef_, full.coef_)
+    np.testing.assert_allclose(
+        mts.predict_proba(X),
+        np.exp(on_oof.transform(full.transform(X))),
+        atol=1e-7,
+    )
+
+
+def test_default_base_chooses_and_predicts_out_of_fold_on_the_same_splits():
+    X, y = make_logits(n_samples=600, n_classes=3, overconfidence=2.0, seed=8)
     X[:, 1] += 1.0
     mts = MarginTemperatureScaling(device="cpu").fit(X, y)
-    names = mts.base_.cv_results_["calibrator"].tolist()
+    selector = mts.base_
+    names = selector.cv_results_["calibrator"].tolist()
     assert names == ["TemperatureScaling()", "MatrixScaling()"]
+    splits = list(StratifiedKFold(5).split(X, y))
+    assert selector.n_splits_ == 5
+    for (_, test), (_, own_test) in zip(splits, selector.cv, strict=True):
+        np.testing.assert_array_equal(test, own_test)
+    winner = [TemperatureScaling(), MatrixScaling()][selector.best_index_]
+    oof = np.empty(X.shape)
+    for train, test in splits:
+        oof[test] = _fit_on(winner, X, y, train).transform(X[test])
+    on_oof = _mts(_Passthrough()).fit(oof, y)
+    np.testing.assert_allclose(
+        mts.log_inverse_temperature_, on_oof.log_inverse_temperature_, atol=1e-7
+    )
+
+
+def test_cv_that_does_not_partition_falls_back_with_warning():
+    X, y = _skewed_logits(n_samples=600, seed=15)
+    splits = list(ShuffleSplit(3, test_size=0.2, random_state=0).split(X))
+    with pytest.warns(UserWarning, match="out-of-fold"):
+        mts = _mts(cv=splits).fit(X, y)
+    in_sample = _mts().fit(X, y)
+    np.testing.assert_allclose(
+        mts.log_inverse_temperature_, in_sample.log_inverse_temperature_
+    )
+
+
+def test_cv_sample_weights_equal_repeated_rows():
+    # the weighted rows and their repeats form one group, as in
+    # scikit-learn's check for estimators with an inner cv
+    X, y = _skewed_logits(n_samples=600, seed=16)
+    weights = np.random.default_rng(1).integers(0, 4, size=200)
+    X_r = np.vstack([np.repeat(X[:200], weights, axis=0), X[200:]])
+    y_r = np.concatenate([np.repeat(y[:200], weights), y[200:]])
+    groups_w = np.repeat([0, 1, 2], 200)
+    groups_r = np.concatenate([np.zeros(weights.sum(), int), np.repeat([1, 2], 200)])
+    sw = np.concatenate([weights, np.ones(400)])
+
+    def fit(X, y, groups, **kwargs):
+        splits = list(LeaveOneGroupOut().split(X, y, groups))
+        return _mts(VectorScaling(device="cpu"), cv=splits, tol=1e-10).fit(
+            X, y, **kwargs
+        )
+
+    weighted = fit(X, y, groups_w, sample_weight=sw)
+    repeated = fit(X_r, y_r, groups_r)
+    np.testing.assert_allclose(weighted.knots_, repeated.knots_, rtol=1e-6)
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-5, atol=1e-7
+    )
 
 
 def test_masked_classes_keep_probability_zero():

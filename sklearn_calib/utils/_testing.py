@@ -22,10 +22,13 @@ FAST_PARAMS = {
         "cv": 3,
     },
     "HistogramBinning": {},
-    # A temperature base keeps the checks fast (the default base
-    # cross-validates matrix scaling); tight tol for the weight checks.
+    # A temperature base fitted once keeps the checks fast (the default base
+    # cross-validates matrix scaling; tests/test_composite.py covers cv), and
+    # weighted and repeated rows then share their folds; tight tol for the
+    # weight checks.
     "MarginTemperatureScaling": {
         "base": TemperatureScaling(device="cpu"),
+        "cv": None,
         "device": "cpu",
         "tol": 1e-10,
     },
