@@ -7,6 +7,7 @@ figure is drawn.
 """
 
 from ._binning import HistogramBinning, IsotonicCalibration
+from ._composite import MarginTemperatureScaling
 from ._ensemble import EnsembleTemperatureScaling
 from ._meta import CalibratedClassifier
 from ._parametric_binary import BetaCalibration, QuadraticScaling
@@ -34,6 +35,7 @@ __all__ = [
     "HistogramBinning",
     "IsotonicCalibration",
     "DirichletCalibration",
+    "MarginTemperatureScaling",
     "MatrixScaling",
     "PlattScaling",
     "QuadraticScaling",

@@ -13,6 +13,7 @@ from sklearn.utils import get_tags
 
 from .base import BaseCalibrator
 from .utils._compat import HasMethods, StrOptions, check_is_fitted
+from .utils._fitted_state import check_state_int, fail_state, get_state
 
 
 def _default_calibrators():
@@ -57,6 +58,47 @@ def _summarise(names, scores, fit_times, score_times):
             ranks = rankdata(-finite, method="min").astype(np.int32)
             results["rank_test_score"] = ranks
     return results
+
+
+def cv_splits(cv, logits, y):
+    """The (train, test) splits of ``cv``; too few samples for them leave none.
+
+    An integer ``cv`` asks for stratified folds, which need at least as many
+    samples as folds in some class: with fewer (a small calibration fold
+    inside another cross-validation), as many folds as the most frequent
+    class allows are used, with a warning, and none below two.
+    """
+    if isinstance(cv, Integral):
+        largest = int(np.bincount(y).max())
+        if largest < cv:
+            warnings.warn(
+                f"cv={cv} stratified folds need {cv} samples of some class, "
+                f"but the most frequent class has {largest}: "
+                f"{'no cross-validation' if largest < 2 else f'cv={largest}'} "
+                "is used.",
+                UserWarning,
+                stacklevel=5,
+            )
+            if largest < 2:
+                return []
+            cv = largest
+    return list(check_cv(cv, y, classifier=True).split(logits, y))
+
+
+def _partitions(splits, n_samples):
+    """Whether the test parts hold out every row exactly once."""
+    if not splits:
+        return False
+    held_out = np.concatenate([test for _, test in splits])
+    return bool(np.all(np.bincount(held_out, minlength=n_samples) == 1))
+
+
+def _with_code_classes(estimator, n_classes):
+    """A clone told that its columns are the codes 0..n_classes-1, if it can be."""
+    estimator = clone(estimator)
+    if "classes" in estimator.get_params(deep=False):
+        estimator.set_params(classes=np.arange(n_classes))
+    return estimator
 
 
 class CalibratorSelector(BaseCalibrator):
@@ -106,6 +148,9 @@ class CalibratorSelector(BaseCalibrator):
         re-raises the error. A candidate with a NaN mean score is never
         chosen; if every candidate has one, the first is used, with a
         warning.
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (see
+        :class:`BaseCalibrator`); ``None`` infers them from ``y``.
 
     classes : array-like of shape (n_classes,), default=None
         The label of each logit column, in column order (for a single score
@@ -207,6 +252,7 @@ class CalibratorSelector(BaseCalibrator):
         self.scoring = scoring
         self.cv = cv
         self.error_score = error_score
+        self.classes = classes
 
     def _candidates(self):
         """(names, estimators) of the candidates, checked."""
@@ -250,17 +296,52 @@ class CalibratorSelector(BaseCalibrator):
         return get_scorer(self.scoring)
 
     def _fit(self, logits, y, sample_weight):
+        oof = self._select(
+            logits,
+            y,
+            sample_weight,
+            cv_splits(self.cv, logits, y),
+            keep_oof=getattr(self, "_keep_oof", False),
+        )
+        if oof is not None:
+            self._oof = oof
+
+    def _fit_with_oof(self, X, y, sample_weight=None):
+        """:meth:`fit`, returning the chosen candidate's out-of-fold log-probas.
+
+        None where there are none (see ``_select``). They are handed over,
+        not kept: the fitted state stays small.
+        """
+        self._keep_oof = True
+        try:
+            self.fit(X, y, sample_weight=sample_weight)
+        finally:
+            del self._keep_oof
+        return self.__dict__.pop("_oof", None)
+
+    def _select(self, logits, y, sample_weight, splits, *, keep_oof=False):
+        """Cross-validate the candidates on ``splits``, choose one and refit it.
+
+        With ``keep_oof``, returns the chosen candidate's out-of-fold
+        log-probabilities (each row predicted by the fit that did not see it),
+        or None where the splits do not hold out every row exactly once or
+        the candidate failed on a split.
+        """
         names, estimators = self._candidates()
+        # The class set is known from all of y: a training part that lacks a
+        # class (or holds a single one) still fits, column j staying code j.
+        estimators = [_with_code_classes(e, logits.shape[1]) for e in estimators]
         scorer = self._get_scorer()
-        splits = self._splits(logits, y)
         # Unit weights are no weights: estimators without sample_weight
         # support then still run, and scorers see the plain mean.
         weighted = not np.all(sample_weight == 1.0)
+        keep_oof = keep_oof and _partitions(splits, logits.shape[0])
 
         n_splits, n_candidates = len(splits), len(estimators)
         scores = np.empty((n_candidates, n_splits))
         fit_times = np.zeros((n_candidates, n_splits))
         score_times = np.zeros((n_candidates, n_splits))
+        oof = [np.full(logits.shape, np.nan) if keep_oof else None for _ in names]
         for c, (name, estimator) in enumerate(zip(names, estimators, strict=True)):
             for s, (train, test) in enumerate(splits):
                 scores[c, s], fit_times[c, s], score_times[c, s] = self._fit_and_score(
@@ -272,6 +353,7 @@ class CalibratorSelector(BaseCalibrator):
                     sample_weight if weighted else None,
                     train,
                     test,
+                    oof[c],
                 )
 
         results = _summarise(names, scores, fit_times, score_times)
@@ -296,40 +378,22 @@ class CalibratorSelector(BaseCalibrator):
         self.best_estimator_ = clone(estimators[self.best_index_]).fit(
             logits, y, **self._weight_kwargs(sample_weight if weighted else None)
         )
-
-    def _splits(self, logits, y):
-        """The (train, test) splits; too few samples for them leave none.
-
-        An integer ``cv`` asks for stratified folds, which need at least as
-        many samples as folds in some class: with fewer (a small calibration
-        fold inside another cross-validation), as many folds as the most
-        frequent class allows are used, with a warning, and none below two.
-        """
-        cv = self.cv
-        if isinstance(cv, Integral):
-            largest = int(np.bincount(y).max())
-            if largest < cv:
-                warnings.warn(
-                    f"cv={cv} stratified folds need {cv} samples of some class, "
-                    f"but the most frequent class has {largest}: "
-                    f"{'no cross-validation' if largest < 2 else f'cv={largest}'} "
-                    "is used.",
-                    UserWarning,
-                    stacklevel=4,
-                )
-                if largest < 2:
-                    return []
-                cv = largest
-        return list(check_cv(cv, y, classifier=True).split(logits, y))
+        if keep_oof and not np.isnan(mean[self.best_index_]):
+            return oof[self.best_index_]
+        return None
 
     @staticmethod
     def _weight_kwargs(sample_weight):
         return {} if sample_weight is None else {"sample_weight": sample_weight}
 
     def _fit_and_score(
-        self, name, estimator, scorer, logits, y, sample_weight, train, test
+        self, name, estimator, scorer, logits, y, sample_weight, train, test, oof
     ):
-        """Score of ``estimator`` fitted on ``train``, scored on ``test``."""
+        """Score of ``estimator`` fitted on ``train``, scored on ``test``.
+
+        ``oof``, when not None, receives the fit's log-probabilities of the
+        ``test`` rows.
+        """
         train_weight = None if sample_weight is None else sample_weight[train]
         test_weight = None if sample_weight is None else sample_weight[test]
         start = time.perf_counter()
@@ -345,6 +409,8 @@ class CalibratorSelector(BaseCalibrator):
                 )
             )
             score_time = time.perf_counter() - start
+            if oof is not None:
+                oof[test] = fitted.transform(logits[test])
         except Exception as error:
             if self.error_score == "raise":
                 raise
@@ -356,6 +422,21 @@ class CalibratorSelector(BaseCalibrator):
             )
             return float(self.error_score), time.perf_counter() - start, 0.0
         return score, fit_time, score_time
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        n_candidates = len(self._candidates()[0])
+        index = check_state_int(self, "best_index_")
+        if index >= n_candidates:
+            fail_state(self, "best_index_", f"must be < {n_candidates}, got {index}")
+        check_state_int(self, "n_splits_")
+        best = get_state(self, "best_estimator_")
+        if not hasattr(best, "transform"):
+            fail_state(self, "best_estimator_", "must be a fitted calibrator")
+        check_is_fitted(best)
+        results = get_state(self, "cv_results_")
+        if not isinstance(results, dict) or "mean_test_score" not in results:
+            fail_state(self, "cv_results_", "must be a dict of results")
 
     def _calibrated_logits(self, logits):
         # The chosen calibrator's log-probabilities are calibrated logits:

@@ -22,6 +22,16 @@ FAST_PARAMS = {
         "cv": 3,
     },
     "HistogramBinning": {},
+    # A temperature base fitted once keeps the checks fast (the default base
+    # cross-validates matrix scaling; tests/test_composite.py covers cv), and
+    # weighted and repeated rows then share their folds; tight tol for the
+    # weight checks.
+    "MarginTemperatureScaling": {
+        "base": TemperatureScaling(device="cpu"),
+        "cv": None,
+        "device": "cpu",
+        "tol": 1e-10,
+    },
     "IsotonicCalibration": {},
     # The affine maps stop at a gradient tolerance; scikit-learn's check that
     # weights equal repeated rows compares probabilities to rtol 1e-7, which
@@ -155,6 +165,10 @@ EXPECTED_FAILED_CHECKS: dict[str, dict[str, str | None]] = {
     "IsotonicCalibration": {"check_classifiers_train": _ACCURACY_REASON},
     "SMART": {"check_classifiers_train": _ACCURACY_REASON},
     "TemperatureScaling": {"check_classifiers_train": _ACCURACY_REASON},
+    # Their fast parameters choose between temperature scaling and isotonic
+    # calibration, or put a positive temperature on temperature scaling.
+    "CalibratorSelector": {"check_classifiers_train": _ACCURACY_REASON},
+    "MarginTemperatureScaling": {"check_classifiers_train": _ACCURACY_REASON},
     "PlattScaling": _BINARY_ONLY_TABLE,
     "BetaCalibration": {
         **_BINARY_ONLY_TABLE,
