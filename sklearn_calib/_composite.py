@@ -245,6 +245,10 @@ class MarginTemperatureScaling(BaseCalibrator):
         )
 
         torch_device = resolve_device(check_device(self.device))
+        # Only the ratios of the weights matter; dividing by the largest makes
+        # the base's choice and the margin fit see the same numbers whatever
+        # their scale (1e-300 or 1e300).
+        sample_weight = sample_weight / sample_weight.max()
         log_proba = self._training_log_proba(logits, y, sample_weight)
         # Zero-weight rows change no sum: leaving them out is exact.
         keep = sample_weight > 0

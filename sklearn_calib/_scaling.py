@@ -34,6 +34,19 @@ def _torch_inputs(logits, y, sample_weight, device):
     )
 
 
+def _parameter_dtype(dtype, *parameters):
+    """The dtype to apply fitted parameters in: the logits' own, or float64
+    when a parameter does not fit in it (float32 logits spread by 1e-40 are
+    fitted with scales near 1e40, beyond float32's range, yet map to
+    calibrated logits of order 1)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.float64:
+        return np.float64
+    limit = np.finfo(dtype).max
+    if any(np.any(np.abs(p) > limit) for p in parameters):
+        return np.float64
+    return dtype.type
+
 def _mask_of(logits):
     """Boolean array of the -inf (masked) entries, or None when there are none."""
     if logits.size == 0 or not np.isneginf(logits.min()):
@@ -531,13 +544,15 @@ class VectorScaling(_AffineCalibrator):
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
+        work = _parameter_dtype(dtype, self.coef_, self.intercept_)
         mask = _mask_of(logits)
         if mask is not None:
             logits = np.where(mask, 0, logits)
-        out = logits * self.coef_.astype(dtype) + self.intercept_.astype(dtype)
+        out = logits.astype(work, copy=False) * self.coef_.astype(work)
+        out += self.intercept_.astype(work)
         if mask is not None:
             out[mask] = -np.inf
-        return out
+        return out.astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -769,12 +784,13 @@ class MatrixScaling(_AffineCalibrator):
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
+        work = _parameter_dtype(dtype, self.coef_, self.intercept_)
         mask = _mask_of(logits)
-        features = _mixing_inputs(self._features(logits), mask)
-        out = features @ self.coef_.T.astype(dtype) + self.intercept_.astype(dtype)
+        features = _mixing_inputs(self._features(logits), mask).astype(work, copy=False)
+        out = features @ self.coef_.T.astype(work) + self.intercept_.astype(work)
         if mask is not None:
             out[mask] = -np.inf
-        return out
+        return out.astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -1124,7 +1140,11 @@ class PlattScaling(_AffineCalibrator):
         positive_masked = np.isneginf(score)
         negative_masked = np.isposinf(score)
         score = np.where(positive_masked | negative_masked, 0, score)
-        positive = score * dtype.type(self.coef_[0]) + dtype.type(self.intercept_[0])
+        work = _parameter_dtype(dtype, self.coef_, self.intercept_)
+        positive = score.astype(work, copy=False) * work(self.coef_[0]) + work(
+            self.intercept_[0]
+        )
+        positive = positive.astype(dtype, copy=False)
         out = np.column_stack([np.zeros_like(positive), positive])
         out[negative_masked, 0] = -np.inf
         out[positive_masked, 1] = -np.inf

@@ -276,6 +276,12 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         :meth:`fit`, and the seed of the draws of :meth:`predict_set`, which
         :meth:`fit` takes from the same generator (so a fitted classifier
         returns the same sets for the same rows).
+    classes : array-like of shape (n_classes,), default=None
+        With ``calibrator=None``, the class of each logit column, in column
+        order; needed when the labels cannot be matched to the columns
+        unambiguously (for instance integer labels that lack 0, as a small
+        calibration split of many classes often does). A calibrator states
+        its own ``classes``, so setting both is an error.
 
     Attributes
     ----------
@@ -383,6 +389,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         "raps_k_reg": [Interval(Integral, 0, None, closed="left")],
         "saps_weight": [Interval(Real, 0, None, closed="neither")],
         "random_state": ["random_state"],
+        "classes": ["array-like", None],
     }
 
     def __init__(
@@ -397,6 +404,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         raps_k_reg=1,
         saps_weight=0.1,
         random_state=None,
+        classes=None,
     ):
         self.calibrator = calibrator
         self.conformity_score = conformity_score
@@ -407,6 +415,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         self.raps_k_reg = raps_k_reg
         self.saps_weight = saps_weight
         self.random_state = random_state
+        self.classes = classes
 
     # -- input ---------------------------------------------------------------
 
@@ -496,9 +505,14 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             X, y = self._check_logits(X, reset=True, y=y)
             _check_targets(y)
             sample_weight = check_sample_weight(sample_weight, X)
-            self.classes_, y_codes = resolve_classes(y, X.shape[1])
+            self.classes_, y_codes = resolve_classes(y, X.shape[1], self.classes)
             proba, masked = self._probabilities_of_logits(X)
         else:
+            if self.classes is not None:
+                raise ValueError(
+                    "classes= is for calibrator=None; a calibrator states its "
+                    "own classes: pass classes= to the calibrator instead."
+                )
             self.calibrator_ = clone(self.calibrator)
             fit_params = {}
             if sample_weight is not None:

@@ -395,25 +395,34 @@ def partially_masked(seed, n_samples=1500, n_classes=4):
     return X, y, masked
 
 
+def reference_log_odds(X):
+    """``z_k - logsumexp_{j != k} z_j`` column by column with scipy; a row with
+    a single open class gives ``+inf``, clipped to the largest float64 as the
+    calibrator does."""
+    columns = [
+        X[:, k] - logsumexp(np.delete(X, k, axis=1), axis=1)
+        for k in range(X.shape[1])
+    ]
+    big = np.finfo(np.float64).max
+    return np.clip(np.column_stack(columns), -big, big)
+
+
 def test_isotonic_class_maps_are_fitted_on_the_rows_where_the_class_is_open():
     X, y, masked = partially_masked(seed=31)
     weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
     iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
-    p = softmax(X, axis=1)
+    lo = reference_log_odds(X)
+    references = []
     for k in range(4):
         rows = ~masked[:, k]
-        reference = sklearn_isotonic(p[rows, k], y[rows] == k, weights[rows])
+        reference = sklearn_isotonic(lo[rows, k], y[rows] == k, weights[rows])
+        references.append(reference)
         np.testing.assert_allclose(iso.X_thresholds_[k], reference.X_thresholds_)
         np.testing.assert_allclose(iso.y_thresholds_[k], reference.y_thresholds_)
     X_new, _, masked_new = partially_masked(seed=32, n_samples=300)
-    p_new = softmax(X_new, axis=1)
+    lo_new = reference_log_odds(X_new)
     expected = np.column_stack(
-        [
-            sklearn_isotonic(
-                p[~masked[:, k], k], y[~masked[:, k]] == k, weights[~masked[:, k]]
-            ).predict(p_new[:, k])
-            for k in range(4)
-        ]
+        [references[k].predict(lo_new[:, k]) for k in range(4)]
     )
     expected = np.where(masked_new, 0.0, np.maximum(expected, 1e-12))
     expected /= expected.sum(axis=1, keepdims=True)
@@ -442,15 +451,19 @@ def test_histogram_counts_only_the_open_entries_of_each_class():
     "calibrator", [IsotonicCalibration(), HistogramBinning(n_bins=5)], ids=repr
 )
 def test_a_class_masked_in_every_calibration_row_is_left_uncalibrated(calibrator):
-    # No calibration data for the class: identity map (isotonic), bin
-    # mid-points (histogram). Where it is open at prediction, it competes.
+    # No calibration data for the class: the identity on the probability as
+    # a function of the log-odds (isotonic), bin mid-points (histogram).
+    # Where it is open at prediction, it competes.
     X, y = make_logits(n_samples=600, n_classes=3, seed=34)
     y = np.where(y == 2, 0, y)
     X[:, 2] = -np.inf
     calibrator.fit(X, y)
     if isinstance(calibrator, IsotonicCalibration):
-        np.testing.assert_array_equal(calibrator.X_thresholds_[2], [0.0, 1.0])
-        np.testing.assert_array_equal(calibrator.y_thresholds_[2], [0.0, 1.0])
+        grid = calibrator.X_thresholds_[2]
+        assert grid[0] <= -36 and grid[-1] >= 36 and np.all(np.diff(grid) <= 0.1 + 1e-12)
+        np.testing.assert_allclose(
+            calibrator.y_thresholds_[2], 1 / (1 + np.exp(-grid)), rtol=1e-15
+        )
     else:
         np.testing.assert_array_equal(calibrator.bin_counts_[2], 0.0)
         np.testing.assert_allclose(calibrator.bin_values_[2], [0.1, 0.3, 0.5, 0.7, 0.9])

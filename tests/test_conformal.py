@@ -276,6 +276,7 @@ def test_coverage_over_random_splits(c100, conformity_score, randomized):
             confidence_level=1 - ALPHA,
             randomized=randomized,
             random_state=split,
+            classes=np.arange(X.shape[1]),
         ).fit(X[cal], y[cal])
         sets = clf.predict_set(X[test])
         coverage.append(sets[np.arange(N_TEST), y[test]].mean())

@@ -16,7 +16,6 @@ from sklearn_calib.utils._testing import make_fast, make_logits
 from sklearn_calib.utils.discovery import all_calibrators
 
 CALIBRATORS = dict(all_calibrators())
-AFFINE_PENDING = "affine extreme-value handling lands on h-affine"
 
 
 def n_classes_for(name, wanted):
@@ -38,6 +37,13 @@ def _quiet_fit(estimator, X, y, **fit_params):
 # they depend on the weights' scale by definition (weights of 1e-300 make both
 # targets 1/2). Without target smoothing it is scale-free like every other method.
 SCALE_FREE_PARAMS = {"PlattScaling": {"smooth_targets": False}}
+# Venn-Abers counts weights as numbers of samples and the test point weighs 1:
+# larger weights are more data, which narrows the interval (documented).
+WEIGHTS_ARE_COUNTS = {"VennAbersCalibration"}
+# An iterative fit that stops at its tolerance, not at an exact optimum: the
+# weights divided by their largest differ in their last bit between scales,
+# which moves the stopping point of the margin network's L-BFGS by ~1e-7.
+STOPS_AT_TOLERANCE = {"MarginTemperatureScaling": 1e-5}
 
 
 @pytest.mark.parametrize("scale", [1e-300, 1e-5, 1e5, 1e300])
@@ -50,8 +56,12 @@ def test_multiplying_every_weight_by_a_constant_changes_nothing(name, scale):
     )
     reference = _quiet_fit(clone(estimator), X, y, sample_weight=weights)
     scaled = _quiet_fit(clone(estimator), X, y, sample_weight=weights * scale)
+    if name in WEIGHTS_ARE_COUNTS:
+        assert not np.allclose(scaled.predict_proba(X), reference.predict_proba(X))
+        return
+    rtol = STOPS_AT_TOLERANCE.get(name, 1e-9)
     np.testing.assert_allclose(
-        scaled.predict_proba(X), reference.predict_proba(X), rtol=1e-9, atol=1e-12
+        scaled.predict_proba(X), reference.predict_proba(X), rtol=rtol, atol=1e-12
     )
 
 
@@ -77,31 +87,14 @@ def test_equal_weights_of_any_size_are_no_weights(weight):
 # --- logits near the ends of the float range ---------------------------------------
 
 MAGNITUDES = {"float32-3e38": (np.float32, 3e38), "float64-1e308": (np.float64, 1e308)}
-# The affine solver's Newton loop may not return on such logits on this branch
-# (its ridge loop is unbounded), so those cases are not run.
-HANGS = {
-    (name, case)
-    for name in (
-        "VectorScaling",
-        "MatrixScaling",
-        "DirichletCalibration",
-        "PlattScaling",
-    )
-    for case in MAGNITUDES
-}
 
 
 def _magnitude_params():
-    params = []
-    for name in sorted(CALIBRATORS):
-        for case in sorted(MAGNITUDES):
-            marks = (
-                [pytest.mark.xfail(run=False, reason=AFFINE_PENDING)]
-                if (name, case) in HANGS
-                else []
-            )
-            params.append(pytest.param(name, case, marks=marks, id=f"{name}-{case}"))
-    return params
+    return [
+        pytest.param(name, case, id=f"{name}-{case}")
+        for name in sorted(CALIBRATORS)
+        for case in sorted(MAGNITUDES)
+    ]
 
 
 @pytest.mark.parametrize("name, case", _magnitude_params())
@@ -120,21 +113,7 @@ def test_logits_near_the_float_range_fit_or_raise_by_name(name, case):
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-5)
 
 
-def _tiny_spread_params():
-    failing = {"VectorScaling", "MatrixScaling", "PlattScaling"}
-    return [
-        pytest.param(
-            name,
-            marks=[pytest.mark.xfail(strict=True, reason=AFFINE_PENDING)]
-            if name in failing
-            else [],
-            id=name,
-        )
-        for name in sorted(CALIBRATORS)
-    ]
-
-
-@pytest.mark.parametrize("name", _tiny_spread_params())
+@pytest.mark.parametrize("name", sorted(CALIBRATORS))
 def test_fit_and_predict_accept_the_same_tiny_logits(name):
     # float32 logits spread by 1e-40 (subnormal): a fit that succeeds must
     # predict on its own calibration data.
