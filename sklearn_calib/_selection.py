@@ -218,7 +218,7 @@ class CalibratorSelector(BaseCalibrator):
     >>> rng = np.random.default_rng(0)
     >>> y = rng.integers(0, 3, size=600)
     >>> logits = 3.0 * (np.eye(3)[y] + rng.normal(size=(600, 3)))
-    >>> logits[:, 2] += 1.0  # a class bias that one temperature cannot undo
+    >>> logits[:, 2] += 3.0  # a class bias that one temperature cannot undo
     >>> selector = CalibratorSelector(
     ...     [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
     ... ).fit(logits, y)

@@ -222,6 +222,10 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         out = np.empty(logits.shape, dtype=logits.dtype)
         for rows in row_chunks(*logits.shape):
             block = np.asarray(self._calibrated_logits(logits[rows]), logits.dtype)
+            if not block.flags.writeable:
+                # A wrapped estimator's pandas output is a read-only view
+                # (copy-on-write); finish works in place.
+                block = block.copy()
             out[rows] = finish(block)
         return out
 

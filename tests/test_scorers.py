@@ -119,7 +119,8 @@ def test_string_names_fail_in_sklearn_and_get_scorers_is_the_answer(logits_y):
     with pytest.raises(InvalidParameterError, match="scoring"):
         search.fit(X, y)
     scorers = get_scorers()
-    assert sorted(scorers) == OUR_NAMES
+    # Every probability scorer: the metrics' and the selective-risk ones.
+    assert sorted(scorers) == sorted([*OUR_NAMES, "neg_aurc", "neg_excess_aurc"])
     results = cross_validate(
         TemperatureScaling(device="cpu"), X, y, cv=3, scoring=scorers
     )

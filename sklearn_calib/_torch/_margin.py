@@ -214,14 +214,17 @@ class MarginTemperatureModule(torch.nn.Module):
         self.base = base
         self.register_buffer("knots", torch.as_tensor(knots, dtype=torch.float64))
         self.register_buffer("values", torch.as_tensor(values, dtype=torch.float64))
+        # Python floats, not buffer reads: torch.export cannot branch on data.
+        self.lowest_knot = float(knots[0])
+        self.highest_knot = float(knots[-1])
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         log_proba = self.base(logits)
         top2 = torch.topk(log_proba, 2, dim=-1).values.to(torch.float64)
         margin = top2[..., 0] - top2[..., 1]
         knots, values = self.knots, self.values
-        margin = torch.nan_to_num(margin, posinf=float(knots[-1]))
-        margin = torch.clamp(margin, min=knots[0], max=knots[-1])
+        margin = torch.nan_to_num(margin, posinf=self.highest_knot)
+        margin = torch.clamp(margin, min=self.lowest_knot, max=self.highest_knot)
         if knots.shape[0] == 1:
             log_beta = values[0].expand_as(margin)
         else:

@@ -194,6 +194,13 @@ _SCORERS = {
     "neg_median_set_size": neg_median_set_size,
 }
 
+_SET_SCORER_NAMES = {
+    "set_coverage",
+    "worst_class_coverage",
+    "neg_mean_set_size",
+    "neg_median_set_size",
+}
+
 
 def get_scorer(scoring):
     """A scorer by name: the calibration scorers first, then scikit-learn's.
@@ -267,7 +274,11 @@ def get_scorers(names=None):
     ----------
     names : list of str or None, default=None
         Names from :func:`get_scorer_names` (this library's and
-        scikit-learn's). ``None`` gives every scorer of this library.
+        scikit-learn's). ``None`` gives every scorer of this library that
+        reads ``predict_proba``, so that it applies to any calibrator; the
+        prediction-set scorers (``set_coverage``, ``worst_class_coverage``,
+        ``neg_mean_set_size``, ``neg_median_set_size``) need ``predict_set``
+        and are given by name.
 
     Returns
     -------
@@ -303,7 +314,7 @@ def get_scorers(names=None):
     (3,)
     """
     if names is None:
-        names = sorted(_SCORERS)
+        names = sorted(set(_SCORERS) - _SET_SCORER_NAMES)
     elif isinstance(names, str):
         raise TypeError(
             f"names must be a list of scorer names, got the string {names!r}; "
