@@ -11,10 +11,10 @@ from .base import BaseCalibrator
 from .utils._compat import HasMethods, Interval, check_is_fitted
 from .utils._fitted_state import (
     check_state_array,
+    check_state_calibrator,
     check_state_float,
     check_state_int,
     fail_state,
-    get_state,
 )
 from .utils._math import log_softmax
 from .utils._validation import check_device
@@ -308,10 +308,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         )
         check_state_float(self, "loss_")
         check_state_int(self, "n_iter_")
-        base = get_state(self, "base_")
-        if not hasattr(base, "transform"):
-            fail_state(self, "base_", "must be a fitted calibrator")
-        check_is_fitted(base)
+        check_state_calibrator(self, "base_", n_features=len(self.classes_))
 
     def _training_log_proba(self, logits, y, sample_weight):
         """Fit ``base_`` on every row; return what the temperature is fitted on.

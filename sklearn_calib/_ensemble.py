@@ -14,6 +14,12 @@ from sklearn.exceptions import ConvergenceWarning
 from ._scaling import TemperatureScaling
 from .base import BaseCalibrator
 from .utils._compat import Interval, StrOptions, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_float,
+    check_state_int,
+    fail_state,
+)
 from .utils._math import log_softmax, row_chunks, scale_logits
 
 # The uniform component alone ties every class. Its weight is capped below 1
@@ -357,6 +363,24 @@ class EnsembleTemperatureScaling(BaseCalibrator):
             )
         self.weights_ = w
         self.n_iter_ = n_iter
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        # T > 0 keeps the order of the logits in the scaled component.
+        check_state_float(self, "temperature_", low=0.0, low_open=True)
+        w = check_state_array(self, "weights_", shape=(3,), low=0.0, high=1.0)
+        # The fit renormalises the weights: their sum is 1 up to rounding.
+        if abs(float(w.sum()) - 1.0) > 1e-9:
+            fail_state(self, "weights_", f"must sum to 1, got {float(w.sum())!r}")
+        # The uniform component alone would tie every class (see the cap).
+        if w[0] + w[1] < _MIN_INFORMATIVE_WEIGHT * (1.0 - 1e-9):
+            fail_state(
+                self,
+                "weights_",
+                f"must give the scaled and raw components at least "
+                f"{_MIN_INFORMATIVE_WEIGHT:g} together, got {float(w[0] + w[1])!r}",
+            )
+        check_state_int(self, "n_iter_")
 
     def _calibrated_logits(self, logits):
         work = np.asarray(logits, dtype=np.float64)

@@ -21,6 +21,12 @@ from sklearn.exceptions import ConvergenceWarning
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, check_is_fitted
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_float,
+    check_state_int,
+    fail_state,
+)
 
 
 def binary_score(logits, name):
@@ -359,6 +365,14 @@ class BetaCalibration(_BinaryLogisticMap):
         self.intercept_ = np.array([fit.intercept])
         self.n_iter_ = fit.n_iter
 
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        # a, b >= 0 keep the map non-decreasing in p: a negative one bends
+        # the map back and would reorder the scores.
+        check_state_array(self, "coef_", shape=(2,), finite=True, low=0.0)
+        check_state_array(self, "intercept_", shape=(1,), finite=True)
+        check_state_int(self, "n_iter_")
+
     def _positive_logit(self, score):
         a, b = self.coef_
         features = self._features(score)
@@ -503,6 +517,26 @@ class QuadraticScaling(_BinaryLogisticMap):
             )
         self.intercept_ = np.array([fit.intercept])
         self.n_iter_ = fit.n_iter
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        scale = check_state_float(self, "score_scale_", low=0.0, low_open=True)
+        # Predictions use scaled_coef_; coef_ = scaled_coef_ / (scale, scale**2)
+        # may overflow to +-inf for a tiny score_scale_, so only NaN is refused.
+        scaled = check_state_array(self, "scaled_coef_", shape=(2,), finite=True)
+        coef = check_state_array(self, "coef_", shape=(2,), low=-np.inf, high=np.inf)
+        with np.errstate(over="ignore", under="ignore"):
+            expected = scaled / scale / np.array([1.0, scale])
+        if not np.allclose(coef, expected, rtol=1e-12, atol=0.0):
+            fail_state(
+                self,
+                "scaled_coef_",
+                "disagrees with coef_ and score_scale_: coef_ must be scaled_coef_ "
+                f"/ (score_scale_, score_scale_**2) = {expected.tolist()!r}, got "
+                f"{coef.tolist()!r}",
+            )
+        check_state_array(self, "intercept_", shape=(1,), finite=True)
+        check_state_int(self, "n_iter_")
 
     def _positive_logit(self, score):
         a, b = self.scaled_coef_

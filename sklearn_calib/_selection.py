@@ -13,7 +13,13 @@ from sklearn.utils import get_tags
 
 from .base import BaseCalibrator
 from .utils._compat import HasMethods, StrOptions, check_is_fitted
-from .utils._fitted_state import check_state_int, fail_state, get_state
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_calibrator,
+    check_state_int,
+    fail_state,
+    get_state,
+)
 
 
 def _default_calibrators():
@@ -430,13 +436,17 @@ class CalibratorSelector(BaseCalibrator):
         if index >= n_candidates:
             fail_state(self, "best_index_", f"must be < {n_candidates}, got {index}")
         check_state_int(self, "n_splits_")
-        best = get_state(self, "best_estimator_")
-        if not hasattr(best, "transform"):
-            fail_state(self, "best_estimator_", "must be a fitted calibrator")
-        check_is_fitted(best)
+        check_state_calibrator(self, "best_estimator_", n_features=len(self.classes_))
         results = get_state(self, "cv_results_")
         if not isinstance(results, dict) or "mean_test_score" not in results:
             fail_state(self, "cv_results_", "must be a dict of results")
+        check_state_array(
+            self,
+            'cv_results_["mean_test_score"]',
+            value=results["mean_test_score"],
+            shape=(n_candidates,),
+            numeric=True,
+        )
 
     def _calibrated_logits(self, logits):
         # The chosen calibrator's log-probabilities are calibrated logits:

@@ -15,6 +15,7 @@ from sklearn.isotonic import isotonic_regression
 
 from .base import BaseCalibrator
 from .utils._compat import Interval, check_is_fitted
+from .utils._fitted_state import check_state_array, fail_state
 from .utils._math import log_softmax
 
 # Largest calibrated confidence: the other classes keep at least 1e-12 of
@@ -266,6 +267,21 @@ class SplineCalibration(BaseCalibrator):
         self.confidences_ = x
         self.calibrated_ = np.clip(values, 0.0, 1.0)
         self.knot_values_ = knot_values
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        x = check_state_array(self, "confidences_", ndim=1, low=0.0, high=1.0)
+        # np.interp needs increasing points; np.unique gives them strictly so.
+        if x.shape[0] < 1 or np.any(np.diff(x) <= 0):
+            fail_state(
+                self, "confidences_", "must be at least one increasing confidence"
+            )
+        values = check_state_array(
+            self, "calibrated_", shape=x.shape, low=0.0, high=1.0
+        )
+        if self.monotonic and np.any(np.diff(values) < 0):
+            fail_state(self, "calibrated_", "must be non-decreasing (monotonic=True)")
+        check_state_array(self, "knot_values_", shape=(self.n_knots,), finite=True)
 
     def _new_confidence(self, confidence):
         return np.interp(confidence, self.confidences_, self.calibrated_)

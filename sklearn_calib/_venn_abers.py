@@ -20,6 +20,7 @@ import numpy as np
 
 from .base import BaseCalibrator
 from .utils._compat import StrOptions
+from .utils._fitted_state import check_state_array, fail_state
 from .utils._math import log_softmax
 
 # One-vs-one fits and predicts K (K - 1) / 2 binary problems: 4,950 pairs
@@ -443,6 +444,67 @@ class VennAbersCalibration(BaseCalibrator):
         self.offsets_ = np.array(offsets, dtype=np.intp)
         self.p0_ = np.concatenate(p0)
         self.p1_ = np.concatenate(p1)
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        n_classes = len(self.classes_)
+        if self._one_vs_one(n_classes):
+            expected = [
+                (i, j) for i in range(n_classes) for j in range(i + 1, n_classes)
+            ]
+        else:
+            expected = [(-1, k) for k in range(n_classes)]
+        n_problems = len(expected)
+        problems = check_state_array(self, "problems_", shape=(n_problems, 2))
+        # The problems follow from classes_ and multiclass; any other pairing
+        # would index the wrong logit columns.
+        if problems.dtype.kind not in "iu" or not np.array_equal(problems, expected):
+            fail_state(
+                self,
+                "problems_",
+                f"must be the {n_problems} problems of {n_classes} classes "
+                f"(multiclass={self.multiclass!r}), got {problems.tolist()!r}",
+            )
+        offsets = check_state_array(self, "offsets_", shape=(n_problems + 1,))
+        if offsets.dtype.kind not in "iu":
+            fail_state(self, "offsets_", f"must hold integers, got {offsets.dtype}")
+        # Scores may differ by +-inf (finite logits near the float range): the
+        # group bounds are never NaN, but may be infinite.
+        thresholds = check_state_array(
+            self, "thresholds_", ndim=2, low=-np.inf, high=np.inf
+        )
+        if thresholds.shape[1] != 2:
+            fail_state(
+                self,
+                "thresholds_",
+                f"must have 2 columns, got shape {thresholds.shape}",
+            )
+        n_groups = thresholds.shape[0]
+        if offsets[0] != 0 or offsets[-1] != n_groups or np.any(np.diff(offsets) < 0):
+            fail_state(
+                self,
+                "offsets_",
+                f"must rise from 0 to the {n_groups} groups of thresholds_, got "
+                f"{offsets.tolist()!r}",
+            )
+        if np.any(thresholds[:, 0] > thresholds[:, 1]):
+            fail_state(self, "thresholds_", "must have each lower bound <= upper")
+        for m in range(n_problems):
+            # Binary searches need each problem's groups in increasing order.
+            block = thresholds[offsets[m] : offsets[m + 1]]
+            if np.any(np.diff(block, axis=0) < 0):
+                fail_state(
+                    self,
+                    "thresholds_",
+                    f"must be non-decreasing within problem {m}",
+                )
+        # 2 k + 1 positions per problem of k groups.
+        shape = (2 * n_groups + n_problems,)
+        p0 = check_state_array(self, "p0_", shape=shape, low=0.0, high=1.0)
+        p1 = check_state_array(self, "p1_", shape=shape, low=0.0, high=1.0)
+        # The upper probability (test label 1) is never below the lower one.
+        if np.any(p0 > p1):
+            fail_state(self, "p1_", "must be >= p0_ at every position")
 
     def _bounds(self, logits):
         """(p0, p1) of every problem on every row, each (n_problems, n_rows)."""

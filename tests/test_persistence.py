@@ -131,8 +131,76 @@ def test_trusted_types_list_every_public_estimator():
     trusted = skops_trusted_types()
     expected = {f"{cls.__module__}.{cls.__qualname__}" for cls in CALIBRATORS}
     expected.add("sklearn_calib._meta.CalibratedClassifier")
+    # What a CalibratorSelector's scorer_ holds: the scorer class and the
+    # metric of each of the library's scorers (the set-size scorers wrap
+    # their metric in a function skops cannot find by name: left out).
+    metrics = "sklearn_calib.metrics."
+    expected.add(metrics + "_scorer._ClassesScorer")
+    expected |= {
+        metrics + "_calibration." + name
+        for name in (
+            "adaptive_calibration_error",
+            "classwise_calibration_error",
+            "expected_calibration_error",
+            "maximum_calibration_error",
+            "rms_calibration_error",
+        )
+    }
+    expected |= {
+        metrics + "_proper.brier_score",
+        metrics + "_proper.log_loss",
+        metrics + "_selective.aurc",
+        metrics + "_selective.excess_aurc",
+        metrics + "_sets.set_coverage",
+        metrics + "_sets.worst_class_coverage",
+        metrics + "_smooth.smooth_calibration_error",
+    }
     assert set(trusted) == expected
     assert trusted == sorted(trusted)
+
+
+def test_skops_scorers_of_predict_proba_load_as_themselves(fitted_cases):
+    # Each scorer a CalibratorSelector can use: trusted by the list, and the
+    # loaded scorer (its metric found by name) gives the same score.
+    sio = pytest.importorskip("skops.io")
+    from sklearn_calib.metrics._scorer import _SCORERS
+
+    calibrator, X = fitted_cases(TemperatureScaling)[0]
+    y = calibrator.predict(X)
+    y[::3] = calibrator.classes_[0]
+    for name, scorer in _SCORERS.items():
+        if scorer._response_method != "predict_proba":
+            continue
+        data = sio.dumps(scorer)
+        assert set(sio.get_untrusted_types(data=data)) <= set(skops_trusted_types())
+        restored = sio.loads(data, trusted=skops_trusted_types())
+        assert restored._score_func is scorer._score_func, name
+        assert restored(calibrator, X, y) == scorer(calibrator, X, y), name
+
+
+def _custom_scorer(estimator, X, y, sample_weight=None):
+    from sklearn_calib.metrics import log_loss
+
+    return -log_loss(y, estimator.predict_proba(X), labels=estimator.classes_)
+
+
+def test_skops_selector_with_a_custom_scorer_is_not_trusted(fitted_cases):
+    # A callable of the user's is not the library's to trust: loading it
+    # stays refused until the caller names it.
+    sio = pytest.importorskip("skops.io")
+    from skops.io.exceptions import UntrustedTypesFoundException
+
+    from sklearn_calib import CalibratorSelector
+
+    X, y = make_logits(n_samples=300, n_classes=3, seed=5)
+    selector = (
+        make_fast(CalibratorSelector).set_params(scoring=_custom_scorer).fit(X, y)
+    )
+    data = sio.dumps(selector)
+    untrusted = set(sio.get_untrusted_types(data=data)) - set(skops_trusted_types())
+    assert untrusted == {f"{__name__}._custom_scorer"}
+    with pytest.raises(UntrustedTypesFoundException):
+        sio.loads(data, trusted=skops_trusted_types())
 
 
 # --- a loaded fitted state is checked -------------------------------------------
@@ -158,6 +226,22 @@ def _set(name, value):
         setattr(est, name, value(getattr(est, name)) if callable(value) else value)
 
     return edit
+
+
+def _fitted_on_other_classes():
+    """A fitted calibrator of 3 logit columns (the fitted cases have 2 or 4)."""
+    return TemperatureScaling(device="cpu").fit(
+        *make_logits(n_samples=90, n_classes=3, seed=3)
+    )
+
+
+def _with_duplicate_classes(calibrator):
+    import copy
+
+    edited = copy.copy(calibrator)  # not deepcopy: setstate is not called
+    edited.__dict__ = dict(calibrator.__dict__)
+    edited.classes_ = np.r_[edited.classes_[:-1], edited.classes_[0]]
+    return edited
 
 
 # Per calibrator: (attribute named in the error, edit of a fitted calibrator),
@@ -206,23 +290,82 @@ STATE_EDITS = {
         ("intercepts_[1]", _set_item("intercepts_", 1, _nan_at_first)),
         ("coefs_", _set("coefs_", lambda a: a[:1])),
     ],
+    "BetaCalibration": [
+        ("coef_", _set("coef_", np.array([-1.0, 1.0]))),  # a decreasing map
+        ("coef_", _set("coef_", lambda a: a[:1])),
+        ("intercept_", _set("intercept_", _nan_at_first)),
+        ("intercept_", _set("intercept_", lambda a: np.r_[a, a])),
+    ],
+    "QuadraticScaling": [
+        ("score_scale_", _set("score_scale_", 0.0)),
+        ("score_scale_", _set("score_scale_", lambda s: -s)),
+        ("scaled_coef_", _set("scaled_coef_", _nan_at_first)),
+        ("scaled_coef_", _set("scaled_coef_", lambda a: -a)),  # coef_ disagrees
+        ("intercept_", _set("intercept_", lambda a: a + np.inf)),
+    ],
+    "EnsembleTemperatureScaling": [
+        ("temperature_", _set("temperature_", -1.0)),
+        ("weights_", _set("weights_", lambda w: 2.0 * w)),  # off the simplex
+        ("weights_", _set("weights_", np.array([1.5, -0.5, 0.0]))),
+        ("weights_", _set("weights_", np.array([0.0, 0.0, 1.0]))),  # ties all
+        ("weights_", _set("weights_", lambda w: w[:2])),
+    ],
+    "SplineCalibration": [
+        ("confidences_", _set("confidences_", lambda a: a[::-1])),
+        ("confidences_", _set("confidences_", lambda a: a + 1.0)),
+        ("calibrated_", _set("calibrated_", lambda a: a - 1.0)),
+        ("calibrated_", _set("calibrated_", lambda a: a[:-1])),
+        ("calibrated_", _set("calibrated_", lambda a: a[::-1])),  # decreasing
+    ],
+    "VennAbersCalibration": [
+        ("problems_", _set("problems_", lambda a: a[:, ::-1])),
+        ("offsets_", _set("offsets_", lambda a: a[::-1])),
+        ("thresholds_", _set("thresholds_", lambda a: a[::-1])),
+        ("p0_", _set("p0_", lambda a: a + 2.0)),
+        ("p0_", _set("p0_", lambda a: a[:-1])),
+        ("p1_", _set("p1_", lambda a: 0.0 * a)),  # below p0_
+    ],
+    "MarginTemperatureScaling": [
+        ("knots_", _set("knots_", lambda a: a[::-1])),
+        ("log_inverse_temperature_", _set("log_inverse_temperature_", _nan_at_first)),
+        ("log_inverse_temperature_", _set("log_inverse_temperature_", lambda a: a[1:])),
+        ("base_", _set("base_", "TemperatureScaling")),
+        ("base_", _set("base_", lambda _: _fitted_on_other_classes())),
+    ],
+    "CalibratorSelector": [
+        ("best_index_", _set("best_index_", 99)),
+        ("best_estimator_", _set("best_estimator_", None)),
+        (
+            "best_estimator_",
+            _set("best_estimator_", lambda _: _fitted_on_other_classes()),
+        ),
+        ("best_estimator_", _set("best_estimator_", TemperatureScaling())),  # unfitted
+        # The nested calibrator's own state is checked as it is loaded.
+        ("classes_", _set("best_estimator_", _with_duplicate_classes)),
+    ],
 }
+# A fitted attribute of each calibrator, the first found deleted.
+_DELETED = (
+    "temperature_",
+    "coef_",
+    "X_thresholds_",
+    "bin_edges_",
+    "margin_mean_",
+    "confidences_",
+    "p0_",
+    "knots_",
+    "best_estimator_",
+)
 COMMON_STATE_EDITS = [
     ("classes_", _set("classes_", lambda a: np.r_[a[:-1], a[0]])),  # duplicate
     ("classes_", _set("classes_", lambda a: a[:1])),
     ("n_features_in_", _set("n_features_in_", lambda n: n + 3)),
-    ("temperature_|coef_|X_thresholds_|bin_edges_|margin_mean_", None),  # deleted
+    ("|".join(_DELETED), None),  # deleted
 ]
 
 
 def _delete_a_fitted_attribute(est):
-    for name in (
-        "temperature_",
-        "coef_",
-        "X_thresholds_",
-        "bin_edges_",
-        "margin_mean_",
-    ):
+    for name in _DELETED:
         if hasattr(est, name):
             delattr(est, name)
             return

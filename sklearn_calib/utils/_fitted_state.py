@@ -132,3 +132,36 @@ def check_state_classes(estimator, name="classes_", *, min_classes=2):
 def fail_state(estimator, name, problem):
     """Raise the ValueError of a bad fitted attribute (for custom checks)."""
     _fail(estimator, name, problem)
+
+
+def check_state_calibrator(estimator, name, *, n_features):
+    """A fitted nested calibrator over ``n_features`` logit columns; returned.
+
+    A composite calibrator (a selector's chosen candidate, a base map) hands
+    its logits, one column per class, to the nested one: a nested calibrator
+    fitted on another number of columns would fail or misread them.
+    """
+    from sklearn.exceptions import NotFittedError
+
+    from ._compat import check_is_fitted
+
+    value = get_state(estimator, name)
+    if not (hasattr(value, "fit") and hasattr(value, "transform")):
+        _fail(
+            estimator, name, f"must be a fitted calibrator, got {type(value).__name__}"
+        )
+    try:
+        check_is_fitted(value)
+    except NotFittedError:
+        _fail(
+            estimator, name, f"must be fitted, got an unfitted {type(value).__name__}"
+        )
+    n_seen = getattr(value, "n_features_in_", None)
+    if n_seen is not None and n_seen != n_features:
+        _fail(
+            estimator,
+            name,
+            f"was fitted on {n_seen} logit columns, but classes_ has {n_features} "
+            "classes",
+        )
+    return value

@@ -3,30 +3,82 @@
 pickle and joblib work on every estimator (their fitted state is plain numpy
 arrays and Python numbers, never torch tensors). `skops <https://skops.readthedocs.io>`_
 loads files without executing arbitrary code, provided the caller names the
-types it trusts: :func:`skops_trusted_types` lists this library's.
+types it trusts: :func:`skops_trusted_types` lists this library's (its
+estimators, and the scorer class and metric functions a fitted
+:class:`~sklearn_calib.CalibratorSelector` holds).
 """
 
 import inspect
 
 
+def _qualified_name(obj):
+    return f"{obj.__module__}.{obj.__qualname__}"
+
+
+def _resolves_to_itself(func):
+    """Whether ``func`` is found again by its module and name, as skops loads it."""
+    import importlib
+
+    try:
+        module = importlib.import_module(func.__module__)
+    except ImportError:
+        return False
+    return getattr(module, func.__qualname__, None) is func
+
+
+def _scorer_types():
+    """Types and metric functions of the library's named scorers.
+
+    :class:`~sklearn_calib.CalibratorSelector` keeps its scorer as
+    ``scorer_``; with a scorer of this library (the default
+    ``"neg_log_loss"`` included) a file holds the scorer's class and its
+    metric function, both by name. A metric function that is not found again
+    by its name (a wrapper made at import time) is left out: skops would
+    load another function in its place.
+    """
+    from ..metrics._scorer import _SCORERS
+
+    names = set()
+    for scorer in _SCORERS.values():
+        names.add(_qualified_name(type(scorer)))
+        func = getattr(scorer, "_score_func", None)
+        if func is not None and _resolves_to_itself(func):
+            names.add(_qualified_name(func))
+    return names
+
+
 def skops_trusted_types():
-    """Fully qualified names of the library's estimators, for ``skops.io.load``.
+    """Fully qualified names of the library's types, for ``skops.io.load``.
 
     skops refuses to load a type it does not trust. scikit-learn's estimators
     and numpy's arrays are trusted by default; the estimators of this library
     are not, so pass this list as ``trusted``. It is built from the public
-    API, so it covers every calibrator and :class:`~sklearn_calib.CalibratedClassifier`.
+    API, so it covers every calibrator and :class:`~sklearn_calib.CalibratedClassifier`,
+    and from the scorer table of :func:`sklearn_calib.metrics.get_scorer`:
+    the scorer class and metric functions of the library's named scorers,
+    which a fitted :class:`~sklearn_calib.CalibratorSelector` holds as
+    ``scorer_``. skops restores every one of them from its name and data,
+    without unpickling anything.
 
     Returns
     -------
     trusted : list of str
-        Sorted names such as ``"sklearn_calib._scaling.TemperatureScaling"``.
+        Sorted names such as ``"sklearn_calib._scaling.TemperatureScaling"``
+        or ``"sklearn_calib.metrics._proper.log_loss"``.
 
     See Also
     --------
     skops.io.get_untrusted_types : The types of a file that are not trusted by
         default; check them against this list before loading a file of
         unknown origin.
+
+    Notes
+    -----
+    A selector fitted with a scikit-learn scorer name (``scoring="accuracy"``)
+    holds scikit-learn's scorer class and metric, which skops does not trust
+    by default either; one fitted with a callable of your own holds that
+    callable. Check such names with :func:`skops.io.get_untrusted_types` and
+    add them to ``trusted`` only if you trust them.
 
     Examples
     --------
@@ -49,7 +101,7 @@ def skops_trusted_types():
 
     import sklearn_calib
 
-    trusted = []
+    trusted = _scorer_types()
     for name in sklearn_calib.__all__:
         obj = getattr(sklearn_calib, name)
         # Base classes are never fitted, so never saved.
@@ -58,5 +110,5 @@ def skops_trusted_types():
             and issubclass(obj, BaseEstimator)
             and not name.startswith("Base")
         ):
-            trusted.append(f"{obj.__module__}.{obj.__qualname__}")
+            trusted.add(_qualified_name(obj))
     return sorted(trusted)
