@@ -34,6 +34,10 @@ def _torch_inputs(logits, y, sample_weight, device):
     )
 
 
+# A mean NLL this low on the calibration set means that the map separates it:
+# with 15 classes, a true-class probability of 1 - 1e-6 on every sample.
+SEPARATED_LOSS = 1e-6
+
 def _parameter_dtype(dtype, *parameters):
     """The dtype to apply fitted parameters in: the logits' own, or float64
     when a parameter does not fit in it (float32 logits spread by 1e-40 are
@@ -350,6 +354,11 @@ class _AffineCalibrator(BaseCalibrator):
         except FloatingPointError as exc:
             finite = features[np.isfinite(features)]
             top = float(np.abs(finite).max()) if finite.size else 0.0
+            if "subnormal" in str(exc):
+                raise ValueError(
+                    f"{name} cannot fit these logits: {exc}. Logits this close "
+                    "to each other carry no usable ranking; check their units."
+                ) from None
             raise ValueError(
                 f"{name} cannot fit these logits in float64 ({exc}): entries of "
                 f"magnitude up to {top:.3g} make the calibrated logits or their "
@@ -374,6 +383,23 @@ class _AffineCalibrator(BaseCalibrator):
                 "parameters go to infinity. They keep the temperature-scaling "
                 f"map (scale 1/T = {result.start:.4g}, bias 0). More calibration "
                 "samples per class, or TemperatureScaling, avoid this.",
+                UserWarning,
+                stacklevel=4,
+            )
+        penalised = getattr(self, "reg_lambda", 0) or getattr(self, "reg_mu", 0)
+        if result.loss < SEPARATED_LOSS and not penalised:
+            remedy = (
+                "Regularise (reg_lambda, reg_mu)"
+                if hasattr(self, "reg_lambda")
+                else "Use TemperatureScaling"
+            )
+            warnings.warn(
+                f"{name}: the calibrated logits separate the calibration "
+                f"samples (mean NLL {result.loss:.1e} on them), so the likelihood "
+                "has no finite optimum and the fit stopped on a ray where it "
+                "was still improving; its predictions on new data are "
+                f"overconfident and depend on where it stopped. {remedy} or "
+                "use more calibration samples.",
                 UserWarning,
                 stacklevel=4,
             )

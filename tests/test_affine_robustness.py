@@ -537,3 +537,17 @@ def test_unregularised_matrix_scaling_reaches_the_optimum_of_a_flat_valley():
     tight = MatrixScaling(reg_lambda=0.0, reg_mu=0.0, device="cpu", tol=1e-10)
     tight.fit(X, y)
     assert ours - log_loss(y, tight.predict_proba(X), labels=np.arange(10)) < 1e-7
+
+
+def test_unregularised_matrix_scaling_warns_when_it_separates_the_calibration_set():
+    # 3 classes, 12 samples whose true-class logit is always the largest: the
+    # 12 affine parameters separate them and the NLL has no finite optimum.
+    rng = np.random.default_rng(0)
+    y = np.arange(12) % 3
+    X = 5.0 * np.eye(3)[y] + rng.normal(scale=0.1, size=(12, 3))
+    with pytest.warns(UserWarning, match="separate the calibration samples"):
+        MatrixScaling(reg_lambda=0.0, reg_mu=0.0, device="cpu").fit(X, y)
+    # ODIR's penalty gives a finite optimum: no such warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        MatrixScaling(device="cpu").fit(X, y)

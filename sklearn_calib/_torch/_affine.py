@@ -1023,6 +1023,13 @@ def fit_affine(
         rho_coef = min(math.ldexp(rho_coef, min(2 * exponent, 1023)), 1e300)
         if log2_spread is not None:
             log2_spread += exponent
+    if exponent > 1000:
+        # Features whose spread is subnormal: the map in the input's units
+        # would need scales beyond float64's range.
+        raise FloatingPointError(
+            f"the features differ by at most 2**{-exponent} (subnormal numbers), "
+            "too little for a scale that float64 can hold"
+        )
     factor = math.ldexp(1.0, exponent)
 
     objective = _Objective(features, y, weights, kind, rho_coef, rho_bias, mask)
