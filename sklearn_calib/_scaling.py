@@ -387,7 +387,9 @@ class _AffineCalibrator(BaseCalibrator):
                 stacklevel=4,
             )
         penalised = getattr(self, "reg_lambda", 0) or getattr(self, "reg_mu", 0)
-        if result.loss < SEPARATED_LOSS and not penalised:
+        # A fit over chunks does not keep its final loss.
+        loss = getattr(result, "loss", None)
+        if loss is not None and loss < SEPARATED_LOSS and not penalised:
             remedy = (
                 "Regularise (reg_lambda, reg_mu)"
                 if hasattr(self, "reg_lambda")
@@ -395,7 +397,7 @@ class _AffineCalibrator(BaseCalibrator):
             )
             warnings.warn(
                 f"{name}: the calibrated logits separate the calibration "
-                f"samples (mean NLL {result.loss:.1e} on them), so the likelihood "
+                f"samples (mean NLL {loss:.1e} on them), so the likelihood "
                 "has no finite optimum and the fit stopped on a ray where it "
                 "was still improving; its predictions on new data are "
                 f"overconfident and depend on where it stopped. {remedy} or "
