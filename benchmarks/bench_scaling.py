@@ -349,7 +349,8 @@ def run_vocabulary_case(n, k, *, repeat=2):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         seconds, model = best_time(
-            lambda: VectorScaling(device="cpu").fit(X, y), repeat=repeat
+            lambda: VectorScaling(device="cpu", classes=np.arange(k)).fit(X, y),
+            repeat=repeat,
         )
     frozen = ""
     for warning in caught:

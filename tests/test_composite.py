@@ -31,7 +31,7 @@ from sklearn_calib import (
 from sklearn_calib.metrics import expected_calibration_error, log_loss
 from sklearn_calib.utils._testing import make_logits
 
-from .conftest import load_shared
+from .conftest import load_shared, torch_jit_script
 
 
 def _ts():
@@ -338,7 +338,7 @@ def test_to_torch_matches_transform_and_scripts(base):
     module = mts.to_torch()
     out = module(torch.from_numpy(X)).detach().numpy()
     np.testing.assert_allclose(out, mts.transform(X), atol=1e-10)
-    scripted = torch.jit.script(module)
+    scripted = torch_jit_script(module)
     X32 = X.astype(np.float32)
     out32 = scripted(torch.from_numpy(X32))
     assert out32.dtype == torch.float32

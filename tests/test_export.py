@@ -205,3 +205,19 @@ def test_torch_jit_script_helper_ignores_only_the_deprecation(monkeypatch):
     monkeypatch.setattr(torch.jit, "script", other_warning)
     with pytest.raises(FutureWarning, match="some other change"):
         torch_jit_script(module)
+
+
+def test_tests_script_modules_only_through_the_helper():
+    # A direct torch.jit.script call passes with torch 2.13 and fails with the
+    # newest torch (its deprecation FutureWarning is an error here).
+    from pathlib import Path
+
+    here = Path(__file__).parent
+    direct = [
+        str(path.relative_to(here))
+        for path in sorted(here.rglob("*.py"))
+        if path.name != "conftest.py"
+        and path != Path(__file__)
+        and "torch.jit.script(" in path.read_text()
+    ]
+    assert not direct, f"use conftest.torch_jit_script in {direct}"
