@@ -399,7 +399,7 @@ def vocabulary_markdown(rows):
         for r in rows
     ]
     return (
-        "\n\n### Large vocabularies: vector scaling\n\n"
+        "\n\n## Large vocabularies: vector scaling\n\n"
         "VectorScaling (defaults) on the same synthetic log-probabilities. "
         "Linear scaling in N x K keeps the time per 10^7 logits constant.\n\n"
         + markdown_table(header, body)
