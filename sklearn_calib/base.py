@@ -221,13 +221,17 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         logits = self._check_fitted_input(X)
         out = np.empty(logits.shape, dtype=logits.dtype)
         for rows in row_chunks(*logits.shape):
-            block = np.asarray(self._calibrated_logits(logits[rows]), logits.dtype)
-            if not block.flags.writeable:
-                # A wrapped estimator's pandas output is a read-only view
-                # (copy-on-write); finish works in place.
-                block = block.copy()
-            out[rows] = finish(block)
+            out[rows] = finish(self._calibrated_block(logits[rows], logits.dtype))
         return out
+
+    def _calibrated_block(self, logits, dtype):
+        """Calibrated logits of a block of rows, a writeable array of ``dtype``."""
+        block = np.asarray(self._calibrated_logits(logits), dtype)
+        if not block.flags.writeable:
+            # A wrapped estimator's pandas output is a read-only view
+            # (copy-on-write); the callers work in place.
+            block = block.copy()
+        return block
 
     def predict_proba(self, X):
         """Calibrated class probabilities.
@@ -288,7 +292,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         logits = self._check_fitted_input(X)
         codes = np.empty(logits.shape[0], dtype=np.intp)
         for rows in row_chunks(*logits.shape):
-            codes[rows] = np.argmax(self._calibrated_logits(logits[rows]), axis=1)
+            # The argmax of the probabilities predict_proba returns, computed
+            # the same way: calibrated logits whose top two differ in the last
+            # bit can round to equal probabilities, and ties go to the first.
+            block = self._calibrated_block(logits[rows], logits.dtype)
+            codes[rows] = np.argmax(softmax(block, out=block), axis=1)
         return self.classes_[codes]
 
     def get_feature_names_out(self, input_features=None):

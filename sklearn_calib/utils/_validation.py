@@ -239,6 +239,11 @@ def match_labels(y, classes):
     """
     sorter = np.argsort(classes, kind="stable")
     ordered = classes[sorter]
+    text = {np.asarray(y).dtype.kind in "US", classes.dtype.kind in "US"}
+    if len(text) == 2 and "O" not in (np.asarray(y).dtype.kind, classes.dtype.kind):
+        # Strings against numbers match nothing (older numpy compares them
+        # with a FutureWarning and a scalar instead of raising).
+        return np.zeros(y.shape[0], dtype=np.intp), np.zeros(y.shape[0], dtype=bool)
     try:
         where = np.minimum(np.searchsorted(ordered, y), ordered.shape[0] - 1)
         known = np.asarray(ordered[where] == y, dtype=bool)
