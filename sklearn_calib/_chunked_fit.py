@@ -17,6 +17,10 @@ the logits; then each method makes the passes its statistics need.
   exactly by radix selection (a few passes).
 - SMART: mini-batch Adam, one step per chunk; see :func:`_fit_smart`.
 
+Masked logits (``-inf``) follow the in-memory rules: the first pass checks
+every chunk with ``check_masked_logits``, the likelihood fits refuse a masked
+true class chunk by chunk, and a masked entry adds exactly 0 to every sum.
+
 Every chunk function below is a module-level callable (a ``functools.partial``
 of one), so that dask can ship it to the worker processes of a cluster.
 """
@@ -24,17 +28,17 @@ of one), so that dask can ship it to the worker processes of a cluster.
 import functools
 
 import numpy as np
-from sklearn.utils import assert_all_finite
 from sklearn.utils.multiclass import type_of_target
 
+from ._scaling import _check_true_class_unmasked, _mask_of
 from .metrics._accumulators import (
     BinnedCalibrationAccumulator,
     _EqualMassSelection,
     digit_bits_for,
 )
-from .metrics._calibration import _block_top_label, _row_blocks
+from .metrics._calibration import _block_top_label, _row_blocks, uniform_bin_index
 from .utils._math import softmax
-from .utils._validation import check_device, resolve_classes
+from .utils._validation import check_device, check_masked_logits, resolve_classes
 
 # Rows per block inside a chunk for the float64 work of the affine fits.
 _BLOCK_ELEMENTS = 2**18
@@ -83,8 +87,9 @@ def _chunk_arrays(X, y, w):
 
 def _scan_chunk(X, y, w):
     X, y, w = _chunk_arrays(X, y, w)
-    if X.shape[0]:
-        assert_all_finite(X, input_name="X")
+    # -inf marks a masked class, as in memory; NaN, +inf and rows without a
+    # finite logit are refused by the same check.
+    check_masked_logits(X)
     if w is not None and w.shape[0]:
         if not np.all(np.isfinite(w)):
             raise ValueError("sample_weight contains NaN or infinity.")
@@ -97,6 +102,26 @@ def _scan_chunk(X, y, w):
         inverse.ravel(), weights=w, minlength=labels.shape[0]
     ).astype(np.float64)
     square = float(X.shape[0]) if w is None else float(w @ w)
+    # Masked (-inf) entries: the weight of the rows where each class is open
+    # (the binning methods fit a class on those rows), and per label the
+    # weight of the rows without any masked entry (Platt's counts).
+    weights = np.ones(X.shape[0]) if w is None else w
+    n_classes = 2 if X.shape[1] == 1 else X.shape[1]
+    mask = _mask_of(X)
+    if mask is None:
+        open_weight = np.full(n_classes, weights.sum())
+        open_label_weight = label_weight.copy()
+    else:
+        if X.shape[1] == 1:
+            # One score column s stands for (0, s): s = -inf masks class 1.
+            mask = np.hstack([np.zeros_like(mask), mask])
+        open_weight = weights @ ~mask
+        open_rows = ~mask.any(axis=1)
+        open_label_weight = np.bincount(
+            inverse.ravel()[open_rows],
+            weights=weights[open_rows],
+            minlength=labels.shape[0],
+        ).astype(np.float64)
     return {
         "n_chunks": 1,
         "n_samples": X.shape[0],
@@ -104,6 +129,8 @@ def _scan_chunk(X, y, w):
         "dtypes": {X.dtype.str},
         "labels": labels,
         "label_weight": label_weight,
+        "open_label_weight": open_label_weight,
+        "open_weight": open_weight,
         "weight_squares": square,
     }
 
@@ -116,8 +143,18 @@ def _merge_scans(a, b):
         )
     labels = np.union1d(a["labels"], b["labels"])
     weight = np.zeros(labels.shape[0])
+    open_label_weight = np.zeros(labels.shape[0])
     for part in (a, b):
-        weight[np.searchsorted(labels, part["labels"])] += part["label_weight"]
+        where = np.searchsorted(labels, part["labels"])
+        weight[where] += part["label_weight"]
+        open_label_weight[where] += part["open_label_weight"]
+    # An empty chunk may have any width: its (zero) open weights are dropped.
+    if not b["n_samples"]:
+        open_weight = a["open_weight"]
+    elif not a["n_samples"]:
+        open_weight = b["open_weight"]
+    else:
+        open_weight = a["open_weight"] + b["open_weight"]
     return {
         "n_chunks": a["n_chunks"] + b["n_chunks"],
         "n_samples": a["n_samples"] + b["n_samples"],
@@ -125,6 +162,8 @@ def _merge_scans(a, b):
         "dtypes": a["dtypes"] | b["dtypes"],
         "labels": labels,
         "label_weight": weight,
+        "open_label_weight": open_label_weight,
+        "open_weight": open_weight,
         "weight_squares": a["weight_squares"] + b["weight_squares"],
     }
 
@@ -175,6 +214,12 @@ class ChunkedData:
         where = np.searchsorted(classes, scan["labels"])
         class_weight[where] = scan["label_weight"]
         self.class_weight = class_weight
+        # Weight of each class over the rows without a masked entry, and of
+        # the rows where each class is open (see _scan_chunk).
+        open_class_weight = np.zeros(classes.shape[0])
+        open_class_weight[where] = scan["open_label_weight"]
+        self.open_class_weight = open_class_weight
+        self.open_weight = np.asarray(scan["open_weight"], dtype=np.float64)
         self.weight_squares = float(scan["weight_squares"])
         self.weighted = source.weighted
         if sample_rows is not None:
@@ -217,12 +262,24 @@ def _encoded_call(X, y, w, *, func, classes, dtype):
     return func(*_encode_chunk(X, y, w, classes, dtype))
 
 
+def _check_true_class_open(logits, codes, weights):
+    """The in-memory rule of the likelihood fits, for one chunk: no row with a
+    positive weight may have its true class masked (its NLL is infinite)."""
+    if logits.shape[0] == 0:
+        return
+    true = logits[np.arange(logits.shape[0]), codes]
+    _check_true_class_unmasked(
+        None, codes, np.isneginf(true) & (weights > 0), where="a chunk of X"
+    )
+
+
 # --- temperature scaling ---
 
 
 def _temperature_sums(logits, codes, weights, *, beta, exponent):
     from ._torch._chunked import temperature_chunk_sums
 
+    _check_true_class_open(logits, codes, weights)
     return temperature_chunk_sums(logits, codes, weights, beta, exponent)
 
 
@@ -271,6 +328,7 @@ def _vector_sums(logits, codes, weights, *, coef, intercept, hessian):
     out = np.zeros(size)
     if logits.shape[0] == 0:
         return out
+    _check_true_class_open(logits, codes, weights)
     g_w, g_b = np.zeros(n_classes), np.zeros(n_classes)
     if blocks:
         h = np.zeros((3, n_classes))
@@ -282,7 +340,15 @@ def _vector_sums(logits, codes, weights, *, coef, intercept, hessian):
         z = logits[rows].astype(np.float64)
         w = weights[rows]
         y = codes[rows]
+        mask = _mask_of(z)
+        if mask is not None:
+            # A masked entry has calibrated logit -inf whatever (w_k, b_k), as
+            # in memory: feature 0 (so that -inf * 0 never makes a NaN in the
+            # sums of z q) and output -inf (q = 0: no term in any sum).
+            z[mask] = 0.0
         f = z * coef + intercept
+        if mask is not None:
+            f[mask] = -np.inf
         top = f.max(axis=1, keepdims=True)
         f -= top
         q = np.exp(f)
@@ -329,6 +395,14 @@ def _platt_sums(logits, codes, weights, *, slope, intercept, targets, hessian):
     if logits.shape[0] == 0:
         return out
     s = logits[:, 1].astype(np.float64) - logits[:, 0]
+    fixed = ~np.isfinite(s)
+    if fixed.any():
+        # As in memory: a masked class fixes the row's probability whatever
+        # (a, c), so the row is left out of the fit, unless its label is the
+        # masked class (an infinite NLL: a ValueError).
+        _check_true_class_open(logits, codes, weights)
+        keep = ~fixed
+        s, codes, weights = s[keep], codes[keep], weights[keep]
     t = targets[codes]
     u = slope * s + intercept
     softplus = np.logaddexp(0.0, u)
@@ -550,8 +624,14 @@ def _fit_platt(estimator, data):
             f"{data.n_classes} logit columns (classes); use VectorScaling, "
             "MatrixScaling or TemperatureScaling for multiclass logits."
         )
+    if not data.open_class_weight.sum() > 0:
+        raise ValueError(
+            "PlattScaling needs samples with a finite score: every row "
+            "with a positive weight has a masked (-inf) class."
+        )
     if estimator.smooth_targets:
-        n_negative, n_positive = data.class_weight
+        # Platt's counts leave out the rows with a masked class, as in memory.
+        n_negative, n_positive = data.open_class_weight
         targets = np.array([1 / (n_negative + 2), (n_positive + 1) / (n_positive + 2)])
     else:
         targets = np.array([0.0, 1.0])
@@ -601,12 +681,56 @@ def _histogram_sums(logits, codes, weights, *, mode, n_bins, bin_edges):
         n_bins=n_bins, multiclass=multiclass, bin_edges=bin_edges
     )
     proba = softmax(logits.astype(np.float64)) if logits.shape[0] else logits
-    state._update_validated(codes, proba.astype(np.float64), weights)
+    mask = _mask_of(logits) if mode != "top_label" else None
+    if mask is None:
+        state._update_validated(codes, proba.astype(np.float64), weights)
+    else:
+        state._update_validated(codes, proba[:0], weights[:0])
+        _add_open_classwise_sums(state, codes, proba, weights, mask)
     return state.to_vector()
+
+
+def _add_open_classwise_sums(state, codes, proba, weights, mask):
+    """Class-wise bin counts and hits over the rows where each class is open.
+
+    In memory, class k's histogram is fitted on the rows where k is not
+    masked: a masked entry enters here with weight 0 (adding 0.0 changes no
+    sum), and so does a row's hit when its own class is masked.
+    """
+    n_rows, n_classes = proba.shape
+    n_bins = state.n_bins
+    edges = state._group_edges()[:, 1:-1]
+    offsets = n_bins * np.arange(n_classes)
+    # Flat views: class k's bin b is entry k * n_bins + b.
+    count, hit = state.count.reshape(-1), state.hit.reshape(-1)
+    for rows in _row_blocks(n_rows, n_classes):
+        block = proba[rows]
+        if state.bin_edges is None:
+            index = uniform_bin_index(block, n_bins)
+        else:
+            index = np.column_stack(
+                [
+                    np.searchsorted(edges[k], block[:, k], side="left")
+                    for k in range(n_classes)
+                ]
+            )
+        index += offsets
+        open_weight = np.where(mask[rows], 0.0, weights[rows, None])
+        count += np.bincount(index.ravel(), open_weight.ravel(), count.shape[0])
+        rows_index = np.arange(block.shape[0])
+        truth = codes[rows]
+        hit += np.bincount(
+            index[rows_index, truth], open_weight[rows_index, truth], hit.shape[0]
+        )
+    state.n_samples = n_rows
 
 
 def _selection_histograms(logits, codes, weights, *, selection, mode):
     _, groups = _histogram_groups(logits, codes, mode)
+    mask = _mask_of(logits) if mode != "top_label" else None
+    if mask is not None:
+        # Class k's edges are those of the rows where k is open.
+        weights = [np.where(mask[:, k], 0.0, weights) for k in range(len(groups))]
     return selection.pass_histograms(groups, weights).ravel()
 
 
@@ -617,9 +741,14 @@ def _fit_histogram(estimator, data):
     bin_edges = None
     if estimator.strategy == "quantile":
         # The in-memory edges: smallest score whose cumulative weight reaches
-        # W * b / M * (1 - 1e-12) (HistogramBinning._edges).
-        targets = data.total_weight * np.arange(1, n_bins) / n_bins * (1 - 1e-12)
-        targets = np.broadcast_to(targets, (n_maps, n_bins - 1))
+        # W * b / M * (1 - 1e-12) (HistogramBinning._edges); W is the weight
+        # of the rows where the class is open (masked entries are left out).
+        if estimator.mode == "top_label":
+            mass = np.array([data.total_weight])
+        else:
+            mass = data.open_weight
+        fractions = np.arange(1, n_bins) / n_bins * (1 - 1e-12)
+        targets = mass[:, None] * fractions
         if n_bins == 1:
             bin_edges = np.tile([0.0, 1.0], (n_maps, 1))
         else:
@@ -637,6 +766,9 @@ def _fit_histogram(estimator, data):
                 )
                 selection.advance(hist.reshape(n_maps, n_bins - 1, 1 << bits))
             bin_edges = selection.edges()
+            # A class masked in every row has no data: equal-width edges, as
+            # in memory.
+            bin_edges[~(mass > 0)] = np.linspace(0.0, 1.0, n_bins + 1)
     template = BinnedCalibrationAccumulator(
         n_bins=n_bins, multiclass=multiclass, bin_edges=bin_edges
     )
@@ -660,24 +792,41 @@ def _fit_histogram(estimator, data):
 # --- SMART by mini-batches ---
 
 
-def _smart_arrays(logits, codes, weights):
-    """Rows with a positive weight, their margins, correctness and true gaps."""
-    from ._smart import logit_margins
+def _smart_arrays(logits, codes, weights, loss):
+    """Rows with a positive weight, their margins, correctness and true gaps.
+
+    Checked and computed as in memory (``SMART._fit``): masked entries give
+    infinite margins (rows with one finite logit) and true gaps of -inf
+    (a masked true class, valid for the calibration-error losses).
+    """
+    from ._smart import check_smart_rows
 
     keep = weights > 0
     if not keep.all():
         logits, codes, weights = logits[keep], codes[keep], weights[keep]
-    margins = logit_margins(logits)
+    if logits.shape[0] == 0:
+        empty = np.empty(0)
+        return logits, codes, weights, empty, empty, empty
+    margins, true_logit = check_smart_rows(logits, codes, loss, of=" of a chunk")
     rows = np.arange(logits.shape[0])
-    top = logits.argmax(axis=1) if logits.shape[0] else np.empty(0, np.intp)
+    top = logits.argmax(axis=1)
     correct = (top == codes).astype(np.float64)
-    true_gap = logits[rows, codes].astype(np.float64) - logits[rows, top]
+    with np.errstate(over="ignore", invalid="ignore"):
+        true_gap = true_logit.astype(np.float64) - logits[rows, top]
+    true_gap = np.maximum(true_gap, np.finfo(np.float64).min)  # -inf: masked
     return logits, codes, weights, margins, correct, true_gap
 
 
-def _margin_moments(logits, codes, weights):
-    """``(W, mean, M2)`` of the weighted margins of one chunk."""
-    _, _, weights, margins, _, _ = _smart_arrays(logits, codes, weights)
+def _margin_moments(logits, codes, weights, *, loss):
+    """``(W, mean, M2)`` of the weighted finite margins of one chunk.
+
+    A row with a single finite logit (infinite margin) is one-hot at every
+    temperature and stays out of the standardisation, as in memory.
+    """
+    _, _, weights, margins, _, _ = _smart_arrays(logits, codes, weights, loss)
+    finite = np.isfinite(margins)
+    if not finite.all():
+        margins, weights = margins[finite], weights[finite]
     total = float(weights.sum())
     if not total > 0:
         return (0.0, 0.0, 0.0)
@@ -697,17 +846,18 @@ def _merge_moments(a, b):
     return (total, mean, m2_a + m2_b + delta * delta * w_a * w_b / total)
 
 
-def _smart_problem(logits, codes, weights, *, mean, std, device):
+def _smart_problem(logits, codes, weights, *, mean, std, device, loss):
+    from ._smart import _standardise
     from ._torch._chunked import smart_chunk_problem
 
     logits, codes, weights, margins, correct, true_gap = _smart_arrays(
-        logits, codes, weights
+        logits, codes, weights, loss
     )
     if logits.shape[0] == 0:
         return None, 0.0
     total = float(weights.sum())
     problem = smart_chunk_problem(
-        logits, correct, weights, (margins - mean) / std, true_gap, device
+        logits, correct, weights, _standardise(margins, mean, std), true_gap, device
     )
     return problem, total
 
@@ -721,7 +871,13 @@ def _smart_loss_sums(
 
     size = 1 if loss == "nll" else 2 * n_bins
     problem, total = _smart_problem(
-        logits, codes, weights, mean=mean, std=std, device=torch.device("cpu")
+        logits,
+        codes,
+        weights,
+        mean=mean,
+        std=std,
+        device=torch.device("cpu"),
+        loss=loss,
     )
     if problem is None:
         return np.zeros(size)
@@ -804,7 +960,12 @@ def _fit_smart(estimator, data):
         estimator._fit(logits, codes, weights)
         return estimator
     estimator._warn_effective_samples(data.total_weight**2 / data.weight_squares)
-    total, mean, m2 = data.reduce(_margin_moments, _merge_moments)
+    total, mean, m2 = data.reduce(
+        functools.partial(_margin_moments, loss=estimator.loss), _merge_moments
+    )
+    if not total > 0:
+        # Every row has a single finite logit: as in memory, no standardisation.
+        mean, m2, total = 0.0, 1.0, 1.0
     estimator.margin_mean_ = mean
     estimator.margin_std_ = max((m2 / total) ** 0.5, MARGIN_STD_FLOOR)
     std = estimator.margin_std_
@@ -844,7 +1005,13 @@ def _fit_smart(estimator, data):
                 prepared
                 for chunk in _all_chunks(data)
                 for prepared in [
-                    _smart_problem(*chunk, mean=mean, std=std, device=device)
+                    _smart_problem(
+                        *chunk,
+                        mean=mean,
+                        std=std,
+                        device=device,
+                        loss=estimator.loss,
+                    )
                 ]
                 if prepared[0] is not None
             ]
@@ -869,7 +1036,11 @@ def _fit_smart(estimator, data):
             def problems():
                 for chunk in _smart_chunk_order(data, order_rng):
                     problem, _ = _smart_problem(
-                        *chunk, mean=mean, std=std, device=device
+                        *chunk,
+                        mean=mean,
+                        std=std,
+                        device=device,
+                        loss=estimator.loss,
                     )
                     if problem is not None:
                         yield problem

@@ -38,6 +38,7 @@ def _torch_inputs(logits, y, sample_weight, device):
 # with 15 classes, a true-class probability of 1 - 1e-6 on every sample.
 SEPARATED_LOSS = 1e-6
 
+
 def _parameter_dtype(dtype, *parameters):
     """The dtype to apply fitted parameters in: the logits' own, or float64
     when a parameter does not fit in it (float32 logits spread by 1e-40 are
@@ -51,6 +52,7 @@ def _parameter_dtype(dtype, *parameters):
         return np.float64
     return dtype.type
 
+
 def _mask_of(logits):
     """Boolean array of the -inf (masked) entries, or None when there are none."""
     if logits.size == 0 or not np.isneginf(logits.min()):
@@ -63,8 +65,11 @@ def _label(value):
     return value.item() if isinstance(value, np.generic) else value
 
 
-def _check_true_class_unmasked(classes, y, masked_true):
-    """ValueError when rows with positive weight have their true class masked."""
+def _check_true_class_unmasked(classes, y, masked_true, *, where="X"):
+    """ValueError when rows with positive weight have their true class masked.
+
+    ``where`` names the array the rows index (a chunk in the chunked fits).
+    """
     if not masked_true.any():
         return
     row = int(np.flatnonzero(masked_true)[0])
@@ -73,8 +78,9 @@ def _check_true_class_unmasked(classes, y, masked_true):
         f"{_label(classes[y[row]])!r}" if classes is not None else f"column {y[row]}"
     )
     raise ValueError(
-        f"Row {row} of X has a -inf (masked) logit for its true class "
-        f"{label} ({int(masked_true.sum())} such rows in all): "
+        f"Row {row} of {where} has a -inf (masked) logit for its true class "
+        f"{label} ({int(masked_true.sum())} such rows in "
+        f"{'all' if where == 'X' else 'this chunk'}): "
         "no calibration map can give that class a non-zero probability, so the "
         "NLL is infinite. Unmask the true class, or drop those rows (or give "
         "them zero weight)."

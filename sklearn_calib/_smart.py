@@ -55,6 +55,39 @@ def margin_statistics(margins, weights):
     return mean, max(std, MARGIN_STD_FLOOR)
 
 
+def check_smart_rows(logits, y, loss, *, of=""):
+    """The margins and true-class logits of SMART's rows, checked.
+
+    ValueError where a margin overflows float64 (a masked runner-up gives an
+    infinite margin, which is valid), and, for the ``"nll"`` loss, where the
+    true class is masked. ``of`` follows the row numbers in the messages
+    (" of a chunk" where the chunked fit checks chunk by chunk).
+    """
+    top2 = np.partition(logits, -2, axis=1)[:, -2:]
+    margins = logit_margins(logits, top2=top2)
+    # An infinite margin is a masked runner-up, or a gap beyond float64.
+    overflow = ~np.isfinite(margins) & ~np.isneginf(top2[:, 0])
+    if overflow.any():
+        row = int(np.flatnonzero(overflow)[0])
+        raise ValueError(
+            "The gap between the two largest logits overflows float64 in "
+            f"row {row}{of} ({logits[row].max():.3g} and below): SMART's "
+            "temperatures apply to the raw logits and need their margins "
+            "to be finite. Rescale the logits (SMART is not scale "
+            "invariant), or use TemperatureScaling."
+        )
+    true_logit = logits[np.arange(logits.shape[0]), y]
+    if loss == "nll" and np.isneginf(true_logit).any():
+        row = int(np.flatnonzero(np.isneginf(true_logit))[0])
+        raise ValueError(
+            f"Sample {row}{of} is labelled with a class whose logit "
+            "is -inf (masked): its probability is 0 at every temperature, so the "
+            "'nll' loss is infinite. Unmask the class, drop the sample, or "
+            "use a calibration-error loss."
+        )
+    return margins, true_logit
+
+
 def _standardise(margins, mean, std):
     """Standardised margins; 0 (the mean margin) where the margin is infinite.
 
@@ -294,30 +327,9 @@ class SMART(BaseCalibrator):
             sample_weight.sum() ** 2 / np.sum(sample_weight**2)
         )
 
-        top2 = np.partition(logits, -2, axis=1)[:, -2:]
-        margins = logit_margins(logits, top2=top2)
+        margins, true_logit = check_smart_rows(logits, y, self.loss)
         rows = np.arange(logits.shape[0])
         top = logits.argmax(axis=1)
-        # An infinite margin is a masked runner-up, or a gap beyond float64.
-        overflow = ~np.isfinite(margins) & ~np.isneginf(top2[:, 0])
-        if overflow.any():
-            row = int(np.flatnonzero(overflow)[0])
-            raise ValueError(
-                "The gap between the two largest logits overflows float64 in "
-                f"row {row} ({logits[row].max():.3g} and below): SMART's "
-                "temperatures apply to the raw logits and need their margins "
-                "to be finite. Rescale the logits (SMART is not scale "
-                "invariant), or use TemperatureScaling."
-            )
-        true_logit = logits[rows, y]
-        if self.loss == "nll" and np.isneginf(true_logit).any():
-            row = int(np.flatnonzero(np.isneginf(true_logit))[0])
-            raise ValueError(
-                f"Sample {row} is labelled with a class whose logit is -inf "
-                "(masked): its probability is 0 at every temperature, so the "
-                "'nll' loss is infinite. Unmask the class, drop the sample, or "
-                "use a calibration-error loss."
-            )
         # A row with a single finite logit is one-hot at every temperature:
         # its margin (infinite) does not enter the standardisation.
         finite = np.isfinite(margins)

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..utils._math import softmax
 from ..utils._validation import (
+    check_masked_logits,
     check_probabilities,
     encode_metric_labels,
     expand_binary_scores,
@@ -125,13 +126,9 @@ def check_chunk_logits(logits, *, input_name="logits"):
             f"{input_name} must be 2-D (n_samples, n_classes); got an array with "
             f"{logits.ndim} dimensions."
         )
-    # One reduction: a row maximum is NaN if the row holds a NaN, +inf if it
-    # holds +inf, -inf if every entry is masked.
-    if logits.shape[0] and not np.isfinite(logits.max(axis=1)).all():
-        raise ValueError(
-            f"{input_name} contains NaN, +inf or a row without a finite entry "
-            "(-inf is allowed for masked classes only)."
-        )
+    # The rules of the in-memory calibrators (NaN, +inf and rows without a
+    # finite logit are errors naming the problem).
+    check_masked_logits(logits, input_name=input_name)
     return expand_binary_scores(logits)
 
 
@@ -898,7 +895,9 @@ class _EqualMassSelection:
     def pass_histograms(self, group_scores, weights):
         """Histograms (n_groups, n_targets, 2**bits) of one chunk for this pass.
 
-        ``group_scores`` is a list of score arrays, one per group.
+        ``group_scores`` is a list of score arrays, one per group;
+        ``weights`` is None, one array for every group, or a list of one
+        array per group.
         """
         shift, bits = self.digit_range()
         n_groups, n_targets = self.targets.shape
@@ -917,7 +916,8 @@ class _EqualMassSelection:
             where = np.minimum(where, prefixes.shape[0] - 1)
             match = prefixes[where] == high
             slot = where[match] * (1 << bits) + digit[match].astype(np.intp)
-            w = None if weights is None else weights[match]
+            group_weights = weights[g] if isinstance(weights, list) else weights
+            w = None if group_weights is None else group_weights[match]
             counts = np.bincount(
                 slot, weights=w, minlength=prefixes.shape[0] << bits
             ).reshape(prefixes.shape[0], 1 << bits)
