@@ -518,30 +518,45 @@ def _lbfgs_over_chunks(evaluate, theta, *, tol, max_iter, preconditioner=None):
         seen[phi.tobytes()] = float(np.max(np.abs(grad)))
         return loss, to_phi_grad(grad)
 
-    def callback(intermediate_result):
-        if seen.get(intermediate_result.x.tobytes(), np.inf) <= tol:
-            raise StopIteration
+    iterations = [0]
+    stopped = {}
+
+    class _Converged(Exception):
+        pass
+
+    def callback(xk):
+        # The current point as a plain array: scipy < 1.11 passes only that
+        # (and lets no StopIteration end the solve), so stopping goes through
+        # an exception of our own on every version.
+        iterations[0] += 1
+        if seen.get(np.asarray(xk).tobytes(), np.inf) <= tol:
+            stopped["x"] = np.array(xk, dtype=np.float64)
+            raise _Converged
 
     n = theta.shape[0]
-    solution = minimize(
-        fun,
-        np.zeros(n),
-        jac=True,
-        method="L-BFGS-B",
-        callback=callback,
-        options={"maxiter": max_iter, "gtol": 0.0, "ftol": 0.0, "maxcor": 10},
-    )
-    theta = start + to_theta(solution.x)
-    gradient = seen.get(solution.x.tobytes())
+    try:
+        solution = minimize(
+            fun,
+            np.zeros(n),
+            jac=True,
+            method="L-BFGS-B",
+            callback=callback,
+            options={"maxiter": max_iter, "gtol": 0.0, "ftol": 0.0, "maxcor": 10},
+        )
+        phi, n_iter = solution.x, solution.nit
+    except _Converged:
+        phi, n_iter = stopped["x"], iterations[0]
+    theta = start + to_theta(phi)
+    gradient = seen.get(phi.tobytes())
     if gradient is None:
         gradient = float(np.max(np.abs(evaluate(theta, False)[1])))
     if gradient <= tol:
         status = "converged"
-    elif solution.nit >= max_iter:
+    elif n_iter >= max_iter:
         status = "max_iter"
     else:
         status = "stalled"
-    return _NewtonResult(theta, solution.nit, status, gradient, "L-BFGS")
+    return _NewtonResult(theta, n_iter, status, gradient, "L-BFGS")
 
 
 class _AffineChunkedFit:
