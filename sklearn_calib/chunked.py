@@ -193,7 +193,10 @@ class ChunkedDataset:
     def __iter__(self):
         for piece in self._pieces:
             X, y, w = _read_piece(piece, self._progress)
-            yield (X, y) if w is None else (X, y, w)
+            if y is None:  # opened with y_key=None: logits only
+                yield X
+            else:
+                yield (X, y) if w is None else (X, y, w)
 
     def __repr__(self):
         return (
@@ -299,8 +302,10 @@ def open_chunks(
     logits_key : str, default="logits"
         Name of the logits array (``(n_samples, n_classes)``, or one score
         column of a binary problem).
-    y_key : str, default="y"
-        Name of the labels array.
+    y_key : str or None, default="y"
+        Name of the labels array. None reads the logits alone (unlabelled
+        data to calibrate with :func:`apply_chunks`): iterating then yields
+        the logits arrays, and no weights are read.
     weight_key : str, default="sample_weight"
         Name of the optional sample-weight array.
     chunk_rows : int, default=None
@@ -379,7 +384,7 @@ def _open_zarr(path, logits_key, y_key, weight_key, chunk_rows):
         ) from exc
     group = zarr.open_group(str(path), mode="r")
     names = set(group.array_keys())
-    for key in (logits_key, y_key):
+    for key in (logits_key,) if y_key is None else (logits_key, y_key):
         if key not in names:
             raise KeyError(
                 f"{path}: the zarr store has no array {key!r}; it holds "
@@ -387,8 +392,10 @@ def _open_zarr(path, logits_key, y_key, weight_key, chunk_rows):
             )
     readers = [
         _ZarrRows(group[logits_key]),
-        _ZarrRows(group[y_key]),
-        _ZarrRows(group[weight_key]) if weight_key in names else None,
+        None if y_key is None else _ZarrRows(group[y_key]),
+        _ZarrRows(group[weight_key])
+        if y_key is not None and weight_key in names
+        else None,
     ]
     for reader in readers:
         if reader is not None and reader.dtype.hasobject:
@@ -408,7 +415,10 @@ def _open_npz(files, logits_key, y_key, weight_key, path):
     pieces, width, dtype = [], None, None
     for file in files:
         try:
-            readers = [_NpzArray(file, logits_key), _NpzArray(file, y_key)]
+            readers = [
+                _NpzArray(file, logits_key),
+                None if y_key is None else _NpzArray(file, y_key),
+            ]
         except KeyError as exc:
             with np.load(file, allow_pickle=False) as archive:
                 keys = archive.files
@@ -417,7 +427,7 @@ def _open_npz(files, logits_key, y_key, weight_key, path):
                 "arrays with logits_key= and y_key=."
             ) from None
         try:
-            readers.append(_NpzArray(file, weight_key))
+            readers.append(None if y_key is None else _NpzArray(file, weight_key))
         except KeyError:
             readers.append(None)
         _check_lengths(readers, file)
@@ -451,8 +461,16 @@ def _npy_files(folder, key):
 
 def _open_npy(folder, logits_key, y_key, weight_key, chunk_rows):
     logits = _npy_files(folder, logits_key)
-    labels = _npy_files(folder, y_key)
-    weights = _npy_files(folder, weight_key)
+    if y_key is None:  # logits only
+        if not logits:
+            raise FileNotFoundError(
+                f"{folder}: found no {logits_key}*.npy files, no .npz chunks and no "
+                "zarr store."
+            )
+        labels, weights = dict.fromkeys(logits), {}
+    else:
+        labels = _npy_files(folder, y_key)
+        weights = _npy_files(folder, weight_key)
     if not logits or not labels:
         raise FileNotFoundError(
             f"{folder}: found no {logits_key}*.npy and {y_key}*.npy files, no .npz "
@@ -471,7 +489,7 @@ def _open_npy(folder, logits_key, y_key, weight_key, chunk_rows):
     for suffix in sorted(logits):
         readers = [
             _NpyRows(logits[suffix]),
-            _NpyRows(labels[suffix]),
+            None if y_key is None else _NpyRows(labels[suffix]),
             _NpyRows(weights[suffix]) if weights else None,
         ]
         _check_lengths(readers, logits[suffix])

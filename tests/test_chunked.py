@@ -347,6 +347,30 @@ def test_open_chunks_layouts(tmp_path):
         assert relative(fitted.temperature_, expected.temperature_) <= 1e-10
 
 
+def test_open_chunks_logits_alone(tmp_path):
+    """y_key=None reads unlabelled logits: arrays, for apply_chunks."""
+    X, y = toy_logits(n_samples=600, seed=13)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    npz = tmp_path / "npz"
+    npz.mkdir()
+    for i, (a, b) in enumerate([(0, 250), (250, 251), (251, 600)]):
+        np.savez(npz / f"part{i}.npz", logits=X[a:b])  # no labels at all
+    npy = tmp_path / "npy"
+    npy.mkdir()
+    np.save(npy / "logits.npy", X)
+    np.save(npy / "y.npy", y)  # present, but not read
+    for folder in (npz, npy):
+        data = open_chunks(folder, y_key=None, chunk_rows=200)
+        chunks = list(data)
+        assert all(isinstance(c, np.ndarray) for c in chunks)
+        np.testing.assert_array_equal(np.concatenate(chunks), X)
+        assert not data.weighted and data.to_dask()[1] is None
+        out = apply_chunks(ts, data, tmp_path / f"{folder.name}.npy")
+        np.testing.assert_allclose(np.load(out), ts.predict_proba(X), rtol=1e-12)
+    with pytest.raises(KeyError, match="no array 'y'"):
+        open_chunks(npz)  # labels are needed unless y_key=None
+
+
 def test_open_chunks_dask_and_zarr(tmp_path):
     pytest.importorskip("dask.array")
     zarr = pytest.importorskip("zarr")

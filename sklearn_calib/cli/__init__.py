@@ -24,6 +24,7 @@ matplotlib:
 - ``_methods``: calibrators by name, ``REPORT_PARAMS``, skops files;
 - ``_evaluation``: the rows of ``report``;
 - ``_tables``, ``_html``, ``_plots``: the report as text, HTML and figures;
+- ``_chunked``: folders of chunks and zarr stores, read in bounded memory;
 - ``_commands``: ``report``, ``fit`` and ``apply``;
 - this module: argument parsing and ``main``.
 """
@@ -95,7 +96,10 @@ def _methods_epilog():
         ".csv with a header row (logit columns, a 'label' or 'y' column, an "
         "optional 'split' column of val/test), .parquet (same columns; needs "
         "pyarrow), .pt (a tensor, a (logits, labels) pair or a dict with the "
-        ".npz keys; loaded with weights_only=True)\n\n"
+        ".npz keys; loaded with weights_only=True); a folder of .npz chunks, "
+        "of .npy arrays or a zarr store (the same key names) is read chunk by "
+        "chunk in bounded memory (report: val/ and test/ inside, or "
+        "logits_val, y_val, logits_test, y_test)\n\n"
         "outputs never replace an input file, nor an existing file unless "
         "--overwrite is given"
     )
@@ -138,7 +142,9 @@ def build_parser():
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_methods_epilog(),
     )
-    report.add_argument("file", nargs="?", metavar="FILE", help="logits file")
+    report.add_argument(
+        "file", nargs="?", metavar="FILE", help="logits file, or folder of chunks"
+    )
     report.add_argument("--labels", metavar="FILE", help="labels of a one-split FILE")
     report.add_argument(
         "--dataset", metavar="NAME", help="a bundled set instead of FILE"
@@ -186,7 +192,12 @@ def build_parser():
     fit.add_argument(
         "--method", required=True, help="calibrator name, e.g. TemperatureScaling"
     )
-    fit.add_argument("--logits", required=True, metavar="FILE", help="logits file")
+    fit.add_argument(
+        "--logits",
+        required=True,
+        metavar="FILE",
+        help="logits file, or folder of chunks / zarr store",
+    )
     fit.add_argument("--labels", metavar="FILE", help="labels file, if FILE has none")
     fit.add_argument(
         "-o", "--output", required=True, metavar="PATH", help="e.g. calibrator.skops"
@@ -213,7 +224,12 @@ def build_parser():
         ),
     )
     apply.add_argument("calibrator", metavar="CALIBRATOR", help="file written by 'fit'")
-    apply.add_argument("--logits", required=True, metavar="FILE", help="logits file")
+    apply.add_argument(
+        "--logits",
+        required=True,
+        metavar="FILE",
+        help="logits file, or folder of chunks / zarr store (output: .npy)",
+    )
     apply.add_argument(
         "-o", "--output", required=True, metavar="PATH", help="e.g. probs.npy"
     )

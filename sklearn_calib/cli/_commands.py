@@ -12,6 +12,7 @@ import time
 import warnings
 from pathlib import Path
 
+from . import _chunked
 from ._common import EXIT_OK, CommandError, first_line
 from ._data import Split, read_logits_only, read_splits
 from ._evaluation import (
@@ -24,6 +25,7 @@ from ._evaluation import (
 from ._html import html_report
 from ._io import (
     OUTPUT_SUFFIXES,
+    atomic_path,
     atomic_writer,
     check_output,
     check_output_folder,
@@ -61,21 +63,44 @@ def run_fit(args, out=None):
     output = check_output(
         args.output, inputs=(args.logits, args.labels), overwrite=args.overwrite
     )
+    chunked = _chunked.is_chunked(args.logits)
+    if chunked:
+        if args.labels is not None:
+            raise CommandError(
+                f"{args.logits}: --labels is not read with a folder of chunks; "
+                "store the labels beside the logits (y)"
+            )
+        _chunked.check_not_inside(output, [args.logits])
     cls = resolve_method(args.method)
     sio = import_skops()
     estimator = make_calibrator(
         cls, device=args.device, params=parse_params(args.param)
     )
-    val = read_splits(args.logits, args.labels)["val"]
+    progress = _chunked.ChunkProgress() if chunked else None
+    if chunked:
+        data = _chunked.open_fit_data(args.logits, progress.callback("data"))
+        progress.set_stage("fitting")
+        shape, n_chunks = (data.n_samples, data.n_cols), f" ({data.n_chunks} chunks)"
+    else:
+        data = read_splits(args.logits, args.labels)["val"]
+        shape, n_chunks = data.logits.shape, ""
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            estimator.fit(val.logits, val.y)
+            if chunked:
+                # Bounded memory: the data are read a chunk at a time, a few
+                # times; a method without a chunked fit raises its TypeError.
+                estimator.fit_chunks(data)
+            else:
+                estimator.fit(data.logits, data.y)
         except _NUMERIC_FAILURES as exc:
             raise CommandError(
                 f"{args.logits}: {cls.__name__} failed to fit ({failure_reason(exc)})"
             ) from exc
+        finally:
+            if progress is not None:
+                progress.close()
     elapsed = time.perf_counter() - started
     for w in caught:
         print(
@@ -83,9 +108,9 @@ def run_fit(args, out=None):
         )
     with atomic_writer(output) as handle:
         sio.dump(estimator, handle)
-    n, k = val.logits.shape
+    n, k = shape
     print(
-        f"{cls.__name__} fitted on {n} samples x {k} logit columns in "
+        f"{cls.__name__} fitted on {n} samples x {k} logit columns{n_chunks} in "
         f"{elapsed:.2f} s; saved to {output}",
         file=out,
     )
@@ -96,6 +121,8 @@ def run_apply(args, out=None):
     """``apply``: calibrate a file's logits with a saved calibrator."""
     out = out if out is not None else sys.stdout
     output = Path(args.output)
+    if _chunked.is_chunked(args.logits):
+        return _apply_chunks(args, output, out)
     if output.suffix.lower() not in OUTPUT_SUFFIXES:
         raise CommandError(
             f"{output}: unsupported output type {output.suffix or '(none)'!r}; use "
@@ -121,6 +148,46 @@ def run_apply(args, out=None):
     print(
         f"{type(calibrator).__name__}: wrote {proba.shape[0]} x {proba.shape[1]} "
         f"calibrated probabilities to {output}",
+        file=out,
+    )
+    return EXIT_OK
+
+
+def _apply_chunks(args, output, out):
+    """``apply`` on a folder or zarr store: chunk by chunk into one .npy file."""
+    from ..chunked import apply_chunks
+
+    if output.suffix.lower() != ".npy":
+        raise CommandError(
+            f"{output}: a folder of chunks is calibrated chunk by chunk into a .npy "
+            f"file; unsupported output type {output.suffix or '(none)'!r} here"
+        )
+    output = check_output(
+        output, inputs=(args.calibrator, args.logits), overwrite=args.overwrite
+    )
+    _chunked.check_not_inside(output, [args.logits])
+    calibrator = load_calibrator(args.calibrator)
+    if args.device is not None and "device" in calibrator.get_params():
+        calibrator.set_params(device=args.device)
+    progress = _chunked.ChunkProgress()
+    data = _chunked.open_apply_data(args.logits, progress.callback("data"))
+    progress.set_stage("calibrating")
+    try:
+        with atomic_path(output) as temporary:
+            apply_chunks(calibrator, data, temporary)
+    except ValueError as exc:
+        raise CommandError(f"{args.logits}: {first_line(exc)}") from exc
+    except _NUMERIC_FAILURES as exc:
+        raise CommandError(
+            f"{args.logits}: {type(calibrator).__name__} failed to calibrate "
+            f"({failure_reason(exc)})"
+        ) from exc
+    finally:
+        progress.close()
+    print(
+        f"{type(calibrator).__name__}: wrote {data.n_samples} x "
+        f"{len(calibrator.classes_)} calibrated probabilities to {output} "
+        f"({data.n_chunks} chunks)",
         file=out,
     )
     return EXIT_OK
@@ -196,6 +263,8 @@ def run_report(args, out=None):
         raise CommandError(f"--n-bins must be a positive integer, got {args.n_bins}")
     if args.cv < 2:
         raise CommandError(f"--cv must be at least 2, got {args.cv}")
+    if _chunked.is_chunked(args.file):
+        return _report_chunks(args, out)
     if args.out is not None:
         require_matplotlib()
     methods = select_methods(args.methods)
@@ -278,4 +347,62 @@ def run_report(args, out=None):
             report, probabilities, y_eval, Path(args.out), args.n_bins, description
         )
         print(f"wrote {len(written)} files to {args.out}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _report_chunks(args, out):
+    """``report`` on a folder: fit on the val chunks, score on the test chunks."""
+    from ..metrics import chunked_calibration_report
+
+    if args.dataset is not None:
+        raise CommandError("give either FILE or --dataset, not both")
+    if args.labels is not None:
+        raise CommandError(
+            f"{args.file}: --labels is not read with a folder of chunks; store the "
+            "labels beside the logits (y_val, y_test)"
+        )
+    if args.out is not None:
+        raise CommandError(
+            f"{args.file}: --out (reliability diagrams and the HTML page) needs "
+            "the probabilities in memory and is not available for a folder of "
+            "chunks; use --format csv or json for the table"
+        )
+    methods = select_methods(args.methods)
+    progress = _chunked.ChunkProgress()
+    try:
+        splits = _chunked.open_report_data(args.file, progress)
+        progress.set_stage("labels")
+        classes = _chunked.label_classes(splits)
+        progress.set_stage("Uncalibrated")
+        rows = [
+            {
+                "method": "Uncalibrated",
+                **chunked_calibration_report(
+                    splits["test"], n_bins=args.n_bins, labels=classes
+                ),
+                "fit_time_s": None,
+                "note": "",
+            }
+        ]
+        # Loaded now, so that no method's fit time includes it.
+        import torch  # noqa: F401
+
+        for name, cls in methods:
+            progress.set_stage(name)
+            rows.append(_chunked.chunked_row(name, cls, splits, args))
+    finally:
+        progress.close()
+    report = {
+        "data": str(args.file),
+        "evaluation": "fit on the val chunks, scored on the test chunks",
+        "n_samples_val": splits["val"].n_samples,
+        "n_samples_test": splits["test"].n_samples,
+        "n_classes": int(len(classes)),
+        "n_bins": args.n_bins,
+        "results": rows,
+        "not_computed": _chunked.NOT_COMPUTED,
+    }
+    out.write(format_report(report, args.format, stream=out))
+    if args.format == "csv":  # the table alone: say what it lacks on stderr
+        print(f"not computed: {_chunked.NOT_COMPUTED}", file=sys.stderr)
     return EXIT_OK

@@ -512,6 +512,33 @@ def atomic_writer(path):
         raise
 
 
+@contextlib.contextmanager
+def atomic_path(path):
+    """A temporary path beside ``path`` that becomes ``path`` once written.
+
+    For writers that take a file name rather than a handle (``apply_chunks``);
+    on any error the temporary file is removed and ``path`` left as it was.
+    """
+    path = Path(path)
+    try:
+        fd, temporary = tempfile.mkstemp(
+            dir=path.parent, prefix=f".{path.name}.", suffix=".part"
+        )
+    except OSError as exc:
+        raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+    os.close(fd)
+    try:
+        yield Path(temporary)
+        os.chmod(temporary, 0o666 & ~_umask())
+        os.replace(temporary, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        if isinstance(exc, OSError):
+            raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
+        raise
+
+
 def write_bytes(path, data):
     """Write ``data`` to ``path`` atomically."""
     with atomic_writer(path) as handle:

@@ -45,10 +45,13 @@ def header_lines(report):
         sizes = f"{report['n_samples_val']} val / {report['n_samples_test']} test"
     else:
         sizes = f"{report['n_samples_val']}"
-    return [
+    lines = [
         f"data: {report['data']} ({report['n_classes']} classes; {sizes} samples)",
         f"evaluation: {report['evaluation']}; {report['n_bins']} bins",
     ]
+    if report.get("not_computed"):
+        lines.append(f"not computed: {report['not_computed']}")
+    return lines
 
 
 # The prediction-set section: conformal sets at these coverage targets.
