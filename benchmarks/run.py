@@ -1,7 +1,9 @@
 """Run every benchmark and collect the results into docs/benchmarks.md.
 
-``python benchmarks/run.py`` runs the full suite (about forty minutes on 2
-cores); ``--quick`` a subset that finishes in a few minutes. Each benchmark
+``python benchmarks/run.py`` runs the full suite: well over an hour on 2 cores
+(the eight benchmarks in ``results/run_times.json`` took 21 minutes together;
+bench_scale, which writes 4 GB twice, takes about an hour more, and
+bench_large_n minutes); ``--quick`` a subset that finishes in a few minutes. Each benchmark
 writes JSON and markdown to ``benchmarks/results`` (or ``--out``); this script
 concatenates the markdown tables into ``docs/benchmarks.md``.
 """
