@@ -38,7 +38,12 @@ from .metrics._accumulators import (
 )
 from .metrics._calibration import _block_top_label, _row_blocks, uniform_bin_index
 from .utils._math import softmax
-from .utils._validation import check_device, check_masked_logits, resolve_classes
+from .utils._validation import (
+    check_device,
+    check_labels_per_row,
+    check_masked_logits,
+    resolve_classes,
+)
 
 # Rows per block inside a chunk for the float64 work of the affine fits.
 _BLOCK_ELEMENTS = 2**18
@@ -68,14 +73,7 @@ def _chunk_arrays(X, y, w):
         X = X[:, None]
     if X.ndim != 2:
         raise ValueError(f"X must be 2-D (n_samples, n_classes); got {X.ndim} dims.")
-    y = np.asarray(y)
-    if y.ndim == 2 and y.shape[1] == 1:
-        y = y[:, 0]
-    if y.ndim != 1 or y.shape[0] != X.shape[0]:
-        raise ValueError(
-            f"y must have shape ({X.shape[0]},), one label per row of X; got "
-            f"shape {y.shape}."
-        )
+    y = check_labels_per_row(np.asarray(y), X.shape[0])
     if w is not None:
         w = np.asarray(w, dtype=np.float64)
         if w.ndim != 1 or w.shape[0] != X.shape[0]:

@@ -24,6 +24,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from .utils._validation import check_labels_per_row
+
 # Rows per chunk when a memmap or .npy array is split: about this many bytes of
 # logits, so that the chunks in flight (one or two per thread) and their
 # temporaries stay far below a gigabyte, while a pass over 4 GB is a few
@@ -123,13 +125,7 @@ class DaskSource:
                 # or memmap array stays on disk.
                 chunks = (row_chunks,) + (-1,) * (values.ndim - 1)
                 values = da.from_array(values, chunks=chunks, name=False)
-            if values.ndim == 2 and values.shape[1] == 1:
-                values = values[:, 0]
-            if values.ndim != 1 or values.shape[0] != X.shape[0]:
-                raise ValueError(
-                    f"{name} must have shape ({X.shape[0]},), one entry per row of "
-                    f"X; got shape {values.shape}."
-                )
+            values = check_labels_per_row(values, X.shape[0], name=name)
             return values.rechunk((row_chunks,))
 
         self.X = X

@@ -45,6 +45,17 @@ def _bootstrap_accuracy_band(
     return low, high
 
 
+
+def _fitted_probabilities(estimator, X, what):
+    """``estimator.predict_proba(X)``; a TypeError names what needs them."""
+    check_is_fitted(estimator)
+    if not hasattr(estimator, "predict_proba"):
+        raise TypeError(
+            f"{type(estimator).__name__} has no predict_proba; {what} needs "
+            "predicted probabilities."
+        )
+    return estimator.predict_proba(X)
+
 class ReliabilityDisplay:
     """Reliability diagram: per-bin accuracy against mean confidence.
 
@@ -436,16 +447,10 @@ class ReliabilityDisplay:
         -------
         display : ReliabilityDisplay
         """
-        check_is_fitted(estimator)
-        if not hasattr(estimator, "predict_proba"):
-            raise TypeError(
-                f"{type(estimator).__name__} has no predict_proba; a reliability "
-                "diagram needs predicted probabilities."
-            )
         kwargs.setdefault("labels", getattr(estimator, "classes_", None))
         return cls.from_predictions(
             y,
-            estimator.predict_proba(X),
+            _fitted_probabilities(estimator, X, "a reliability diagram"),
             name=type(estimator).__name__ if name is None else name,
             **kwargs,
         )
@@ -671,16 +676,10 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        check_is_fitted(estimator)
-        if not hasattr(estimator, "predict_proba"):
-            raise TypeError(
-                f"{type(estimator).__name__} has no predict_proba; a risk-coverage "
-                "curve needs predicted probabilities."
-            )
         kwargs.setdefault("labels", getattr(estimator, "classes_", None))
         return cls.from_predictions(
             y,
-            estimator.predict_proba(X),
+            _fitted_probabilities(estimator, X, "a risk-coverage curve"),
             name=type(estimator).__name__ if name is None else name,
             **kwargs,
         )

@@ -551,3 +551,13 @@ def test_unregularised_matrix_scaling_warns_when_it_separates_the_calibration_se
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         MatrixScaling(device="cpu").fit(X, y)
+
+
+@pytest.mark.parametrize("cls", [PlattScaling, VectorScaling])
+def test_subnormal_spread_is_a_value_error_that_says_so(cls):
+    # Logits that differ by 2e-313 would need a scale beyond float64.
+    X = np.zeros((20, 2))
+    X[0, 0] = 2.2e-313
+    y = np.arange(20) % 2
+    with pytest.raises(ValueError, match="subnormal"):
+        cls(device="cpu").fit(X, y)

@@ -966,3 +966,19 @@ def test_api_reference_lists_the_conformal_and_selective_names():
     expected |= {f"sklearn_calib.selective.{n}" for n in selective.__all__}
     expected |= {"sklearn_calib.display.RiskCoverageDisplay"}
     assert expected <= names, sorted(expected - names)
+
+
+def test_classes_state_the_columns_of_raw_logits():
+    # Labels 1..3 of four columns: without classes= the match is ambiguous.
+    X, y = make_logits(n_samples=400, n_classes=4, seed=31)
+    keep = y != 0
+    with pytest.raises(ValueError, match="pass classes="):
+        ConformalClassifier().fit(X[keep], y[keep])
+    clf = ConformalClassifier(classes=[0, 1, 2, 3]).fit(X[keep], y[keep])
+    np.testing.assert_array_equal(clf.classes_, [0, 1, 2, 3])
+    assert clf.predict_set(X).shape == (400, 4)
+    # A calibrator states its own classes.
+    with pytest.raises(ValueError, match="pass classes= to the calibrator"):
+        ConformalClassifier(TemperatureScaling(device="cpu"), classes=[0, 1, 2, 3]).fit(
+            X, y
+        )

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..utils._math import softmax
 from ..utils._validation import (
+    check_labels_per_row,
     check_masked_logits,
     check_probabilities,
     encode_metric_labels,
@@ -165,6 +166,17 @@ class _Accumulator:
             )
         return self._encode(y_true, y_prob, sample_weight)
 
+    def _check_logits_chunk(
+        self, y_true, logits, sample_weight, *, input_name="logits", y_name="y_true"
+    ):
+        """Validate a chunk of logits once: label codes, softmax, weights."""
+        logits = check_chunk_logits(logits, input_name=input_name)
+        proba = softmax(logits) if logits.shape[0] else logits
+        y_true = check_labels_per_row(
+            _as_array(y_true), proba.shape[0], name=y_name, rows_of=input_name
+        )
+        return self._encode(y_true, proba, sample_weight)
+
     def _encode(self, y_true, y_prob, sample_weight):
         n_classes = y_prob.shape[1]
         if self.n_classes is None:
@@ -227,17 +239,9 @@ class _Accumulator:
         self : object
             The updated accumulator.
         """
-        logits = check_chunk_logits(logits)
-        proba = softmax(logits) if logits.shape[0] else logits
-        y_true = _as_array(y_true)
-        if y_true.ndim == 2 and y_true.shape[1] == 1:
-            y_true = y_true[:, 0]
-        if y_true.ndim != 1 or y_true.shape[0] != proba.shape[0]:
-            raise ValueError(
-                f"y_true must have shape ({proba.shape[0]},), one label per row "
-                f"of logits; got shape {y_true.shape}."
-            )
-        y_codes, proba, weights = self._encode(y_true, proba, sample_weight)
+        y_codes, proba, weights = self._check_logits_chunk(
+            y_true, logits, sample_weight
+        )
         return self._update_validated(y_codes, proba, weights)
 
     def _update_validated(self, y_codes, y_prob, weights):

@@ -6,13 +6,10 @@ from numbers import Integral
 import numpy as np
 
 from .._chunks import as_chunk_source
-from ..utils._math import softmax
 from ._accumulators import (
     BinnedCalibrationAccumulator,
     ProperScoreAccumulator,
-    _as_array,
     _EqualMassSelection,
-    check_chunk_logits,
     digit_bits_for,
     equal_mass_targets,
 )
@@ -35,17 +32,7 @@ CHUNKED_METRICS = {
 def _chunk_probabilities(state, X, y, w, from_logits):
     """Validate one chunk once; its codes, probabilities and weights."""
     if from_logits:
-        logits = check_chunk_logits(X, input_name="X")
-        proba = softmax(logits) if logits.shape[0] else logits
-        y = _as_array(y)
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        if y.ndim != 1 or y.shape[0] != proba.shape[0]:
-            raise ValueError(
-                f"y must have shape ({proba.shape[0]},), one label per row of the "
-                f"chunk; got shape {y.shape}."
-            )
-        return state._encode(y, proba, w)
+        return state._check_logits_chunk(y, X, w, input_name="X", y_name="y")
     return state._check_chunk(y, X, w)
 
 

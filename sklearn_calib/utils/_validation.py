@@ -380,6 +380,22 @@ def resolve_classes(y, n_cols, classes=None):
     )
 
 
+def check_labels_per_row(y, n_rows, *, name="y", rows_of="X"):
+    """``y`` as one entry per row: a column vector is flattened.
+
+    Works on numpy and dask arrays alike. A ``ValueError`` names any other
+    shape.
+    """
+    if y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1 or y.shape[0] != n_rows:
+        raise ValueError(
+            f"{name} must have shape ({n_rows},), one entry per row of {rows_of}; "
+            f"got shape {y.shape}."
+        )
+    return y
+
+
 def check_sample_weight(sample_weight, X):
     """Validate sample weights: finite, non-negative, not all zero, float64."""
     if sample_weight is None:
