@@ -29,7 +29,10 @@ def client():
         n_workers=2,
         threads_per_worker=1,
         processes=True,
-        memory_limit="1GB",
+        # The newest CUDA build of torch alone takes about 850 MiB of a
+        # worker's memory once imported: a 1 GB limit paused the workers and
+        # the nanny killed them (CI, torch 2.15). A limit, not an allocation.
+        memory_limit="4GiB",
         dashboard_address=None,
         host="127.0.0.1",
     )
