@@ -21,6 +21,7 @@ from ._scaling import (
 from ._selection import CalibratorSelector
 from ._smart import SMART
 from ._spline import SplineCalibration
+from ._structured import StructuredMatrixScaling, StructuredVectorScaling
 from ._venn_abers import VennAbersCalibration
 from .base import BaseCalibrator
 
@@ -41,6 +42,8 @@ __all__ = [
     "QuadraticScaling",
     "SMART",
     "SplineCalibration",
+    "StructuredMatrixScaling",
+    "StructuredVectorScaling",
     "TemperatureScaling",
     "VectorScaling",
     "VennAbersCalibration",

@@ -311,8 +311,20 @@ class _AffineCalibrator(BaseCalibrator):
         check_state_array(self, "intercept_", shape=intercept_shape, finite=True)
         check_state_int(self, "n_iter_")
 
+    def _is_penalised(self):
+        """Whether the objective has a penalty (then a finite optimum exists)."""
+        return bool(getattr(self, "reg_lambda", 0) or getattr(self, "reg_mu", 0))
+
     def _solve(
-        self, features, y, sample_weight, kind, reg_lambda=0.0, reg_mu=0.0, mask=None
+        self,
+        features,
+        y,
+        sample_weight,
+        kind,
+        reg_lambda=0.0,
+        reg_mu=0.0,
+        mask=None,
+        penalty=None,
     ):
         """Minimise the penalised NLL; store n_iter_ and return the solution.
 
@@ -354,6 +366,7 @@ class _AffineCalibrator(BaseCalibrator):
                 mask=None if mask is None else to_tensor(mask, features_t.device),
                 reg_lambda=reg_lambda,
                 reg_mu=reg_mu,
+                penalty=penalty,
                 max_iter=self.max_iter,
                 tol=self.tol,
             )
@@ -392,7 +405,7 @@ class _AffineCalibrator(BaseCalibrator):
                 UserWarning,
                 stacklevel=4,
             )
-        penalised = getattr(self, "reg_lambda", 0) or getattr(self, "reg_mu", 0)
+        penalised = self._is_penalised()
         # A fit over chunks does not keep its final loss.
         loss = getattr(result, "loss", None)
         if loss is not None and loss < SEPARATED_LOSS and not penalised:

@@ -154,6 +154,18 @@ MASKED_EQUALITY = {
         "its base is chosen by cross-validation among affine maps, and matrix "
         "scaling mixes the columns; the masked class still gets probability 0",
     ),
+    "StructuredVectorScaling": MaskedEquality(
+        False,
+        "its penalty strengths grow with the number of columns (K^rho), and a "
+        "finite sentinel column takes its share e / K of the uniform mixture; "
+        "with -inf and rho=0 the fit of the other classes is unchanged "
+        "(tests/test_structured.py)",
+    ),
+    "StructuredMatrixScaling": MaskedEquality(
+        False,
+        "W mixes the columns like matrix scaling, and its penalty strengths grow "
+        "with the number of columns; the masked class still gets probability 0",
+    ),
     "CalibratorSelector": MaskedEquality(
         False,
         "it chooses among candidates whose fits need not be unchanged (matrix "

@@ -310,6 +310,17 @@ STATE_EDITS = {
         ("weights_", _set("weights_", np.array([0.0, 0.0, 1.0]))),  # ties all
         ("weights_", _set("weights_", lambda w: w[:2])),
     ],
+    "StructuredVectorScaling": [
+        ("temperature_", _set("temperature_", -1.0)),
+        ("mix_weight_", _set("mix_weight_", 0.7)),  # more uniform than data
+        ("coef_", _set("coef_", _nan_at_first)),
+        ("intercept_", _set("intercept_", lambda a: a[:-1])),
+    ],
+    "StructuredMatrixScaling": [
+        ("mix_weight_", _set("mix_weight_", -0.1)),
+        ("coef_", _set("coef_", np.diag)),
+        ("intercept_", _set("intercept_", lambda a: a + np.inf)),
+    ],
     "SplineCalibration": [
         ("confidences_", _set("confidences_", lambda a: a[::-1])),
         ("confidences_", _set("confidences_", lambda a: a + 1.0)),

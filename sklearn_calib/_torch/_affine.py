@@ -8,13 +8,18 @@ Model. Class k gets the calibrated logit f_ik = theta_k . x_ik, where theta is a
 
 Objective (convex in theta), with the weights w_i normalised to sum to 1:
 
-  L(theta) = sum_i w_i [ logsumexp(f_i) - f_{i,y_i} ] + 1/2 sum_kp rho_kp theta_kp^2
-  G_k      = sum_i w_i (q_ik - 1[y_i = k]) x_ik + rho_k * theta_k,   q_i = softmax(f_i)
+  L(theta) = sum_i w_i [ logsumexp(f_i) - f_{i,y_i} ]
+             + 1/2 sum_kp rho_kp (theta_kp - m_kp)^2
+  G_k      = sum_i w_i (q_ik - 1[y_i = k]) x_ik + rho_k * (theta_k - m_k),
+  q_i      = softmax(f_i)
   H        = sum_i w_i J_i^T (diag(q_i) - q_i q_i^T) J_i + diag(rho)
 
-The ODIR penalty of Kull et al. (2019), lambda/(K(K-1)) sum_{j!=k} W_jk^2 +
-mu/K sum_k b_k^2, is rho = 2 lambda/(K(K-1)) on the off-diagonal of W and 2 mu/K
-on b. The label part sum_{i: y_i = k} w_i x_ik of the gradient (and of the loss)
+The centre m is 0 except on the scales (diagonal of W, w of the vector map),
+where it is the ``Penalty``'s centre. The ODIR penalty of Kull et al. (2019),
+lambda/(K(K-1)) sum_{j!=k} W_jk^2 + mu/K sum_k b_k^2, is rho = 2 lambda/(K(K-1))
+on the off-diagonal of W and 2 mu/K on b. Structured matrix scaling (Berta et
+al. 2026) penalises the diagonal's distance from 1 too, each part with its own
+rho. The label part sum_{i: y_i = k} w_i x_ik of the gradient (and of the loss)
 does not depend on theta and is computed once. Normalising the weights makes
 the fit independent of their scale, and the penalty's weight relative to the
 NLL with it.
@@ -154,6 +159,40 @@ _WARM_START_ROWS = 2048
 _MAX_LOG_STEP = 3.0
 
 
+@dataclass(frozen=True)
+class Penalty:
+    """The penalty 1/2 rho (theta - centre)^2 summed over the parameters.
+
+    ``diagonal``: rho of the scales (diagonal of W, or w of the vector map),
+    pulled towards ``centre``; ``off_diagonal``: rho of the other entries of W;
+    ``bias``: rho of the biases. Both pulled towards 0.
+    """
+
+    diagonal: float = 0.0
+    off_diagonal: float = 0.0
+    bias: float = 0.0
+    centre: float = 0.0
+
+    def rescaled(self, exponent):
+        """The same penalty on theta for features times 2**exponent.
+
+        W x = (W / c) (c x): rho (W - m)^2 = rho c^2 (W / c - m / c)^2, with
+        rho c^2 clamped where c^2 leaves float64's range (far from any data).
+        """
+        if not exponent:
+            return self
+
+        def times_c2(rho):
+            return min(math.ldexp(rho, min(2 * exponent, 1023)), 1e300)
+
+        return Penalty(
+            diagonal=times_c2(self.diagonal),
+            off_diagonal=times_c2(self.off_diagonal),
+            bias=self.bias,
+            centre=math.ldexp(self.centre, -exponent),
+        )
+
+
 @dataclass
 class AffineFit:
     coef: np.ndarray  # (K,) for vector, (K, K) for matrix
@@ -259,7 +298,7 @@ class _Objective:
     ``project`` zeroes their directions, and ``free`` indexes the others.
     """
 
-    def __init__(self, features, y, weights, kind, rho_coef, rho_bias, mask=None):
+    def __init__(self, features, y, weights, kind, penalty, mask=None):
         n_rows, n_classes = features.shape
         device = features.device
         self.features = features
@@ -293,15 +332,29 @@ class _Objective:
                 label[:, :-1].index_add_(0, y_block, x * w[:, None])
         self.label = label
 
+        # The penalty 1/2 rho (theta - centre)^2, entry by entry: the diagonal
+        # scales (column 0 of the vector map) pulled towards centre, the
+        # off-diagonal entries and the biases towards 0.
         rho = torch.zeros(self.shape, dtype=torch.float64, device=device)
-        if kind == "matrix" and n_classes > 1:
-            rho[:, :-1] = rho_coef
-            rho[:, :-1].fill_diagonal_(0.0)
-            rho[:, -1] = rho_bias
+        centre = torch.zeros(self.shape, dtype=torch.float64, device=device)
+        rho[:, -1] = penalty.bias
+        if kind == "vector":
+            rho[:, 0] = penalty.diagonal
+            centre[:, 0] = penalty.centre
+        elif n_classes > 1:
+            rho[:, :-1] = penalty.off_diagonal
+            rho[:, :-1].fill_diagonal_(penalty.diagonal)
+            centre[:, :-1].fill_diagonal_(penalty.centre)
+        else:
+            rho[:, 0] = penalty.diagonal
+            centre[:, 0] = penalty.centre
         self.rho = rho
-        # Without an off-diagonal penalty, adding the same row vector to every
-        # row of W changes nothing; adding a constant to every bias never does.
-        self.free_rows = kind == "matrix" and rho_coef == 0
+        self.centre = centre
+        self.penalised = bool(rho.any())
+        # Without a penalty on W, adding the same row vector to every row of W
+        # changes nothing; adding a constant to every bias never changes the
+        # NLL, and a penalty equal on every bias is lowest at mean 0.
+        self.free_rows = kind == "matrix" and not bool(rho[:, :-1].any())
 
     def freeze(self, frozen):
         """Keep the classes marked in ``frozen`` (bool, (K,)) where they are."""
@@ -457,10 +510,11 @@ class _Objective:
                 grad[:, 0] += out.mul_(x).sum(dim=0).to(torch.float64)
             else:
                 grad[:, :-1] += (out.T @ x).to(torch.float64)
-        penalty = 0.5 * torch.sum(self.rho * theta * theta)
+        offset = theta - self.centre if self.penalised else theta
+        penalty = 0.5 * torch.sum(self.rho * offset * offset)
         loss = float(loss - torch.sum(self.label * theta) + penalty)
         grad -= self.label
-        grad += self.rho * theta
+        grad += self.rho * offset
         self.last_curvature = curv
         return loss, self.project(grad), curv
 
@@ -579,7 +633,12 @@ class _Objective:
         """
         k = self.n_classes
         xa, c = self._preconditioner_rows(theta)
-        root_c = c.sqrt().T  # (K, m)
+        # With a ridge on every entry the blocks are well conditioned and
+        # their products can run in float32 (half the preconditioner's time);
+        # an unpenalised direction can make a float32 block useless.
+        dtype = self.features.dtype if bool((self.rho > 0).all()) else torch.float64
+        root_c = c.sqrt().T.to(dtype)  # (K, m)
+        xa = xa.to(dtype)
         blocks = torch.empty(
             (k, k + 1, k + 1), dtype=torch.float64, device=theta.device
         )
@@ -662,8 +721,10 @@ class _VectorPreconditioner:
     every class's step a hundredfold.
     """
 
-    def __init__(self, curv, grad=None):
+    def __init__(self, curv, grad=None, rho=None):
         h_ww, h_wb, h_bb = curv[:, 0], curv[:, 1], curv[:, 2]
+        if rho is not None:
+            h_ww, h_bb = h_ww + rho[:, 0], h_bb + rho[:, 1]
         floor = _CURVATURE_FLOOR * float(torch.clamp(h_bb.max(), min=1e-300))
         h_bb = h_bb.clamp(min=floor)
         h_ww = h_ww.clamp(min=floor)
@@ -912,7 +973,7 @@ def _preconditioner(objective, theta, curv, grad):
     """The L-BFGS preconditioner at the start, finite whatever the data."""
     if objective.kind == "vector":
         if bool(torch.isfinite(curv).all()):
-            return _VectorPreconditioner(curv, grad)
+            return _VectorPreconditioner(curv, grad, objective.rho)
     else:
         if objective.n_classes <= _BLOCK_CLASSES:
             blocks = objective.class_blocks(theta)
@@ -960,6 +1021,7 @@ def fit_affine(
     mask=None,
     reg_lambda=0.0,
     reg_mu=0.0,
+    penalty=None,
     max_iter=1000,
     tol=1e-7,
     solver="auto",
@@ -979,6 +1041,9 @@ def fit_affine(
         must not be masked where its weight is positive.
     reg_lambda, reg_mu : float
         ODIR penalty strengths (matrix only), for the ``k`` columns given.
+    penalty : Penalty or None
+        Any other ridge penalty (replaces ``reg_lambda`` and ``reg_mu``), in
+        the units of the features given.
     max_iter : int
         Newton or L-BFGS iterations.
     tol : float
@@ -996,10 +1061,13 @@ def fit_affine(
     weights = weights / weights.max()
     if mask is not None and not bool(mask.any()):
         mask = None
-    rho_coef = rho_bias = 0.0
-    if kind == "matrix" and n_classes_in > 1:
-        rho_coef = 2.0 * reg_lambda / (n_classes_in * (n_classes_in - 1))
-        rho_bias = 2.0 * reg_mu / n_classes_in
+    if penalty is None:
+        penalty = Penalty()
+        if kind == "matrix" and n_classes_in > 1:
+            penalty = Penalty(
+                off_diagonal=2.0 * reg_lambda / (n_classes_in * (n_classes_in - 1)),
+                bias=2.0 * reg_mu / n_classes_in,
+            )
 
     # Columns masked in every row say nothing and are left out exactly.
     columns = torch.arange(n_classes_in, device=device)
@@ -1018,9 +1086,7 @@ def fit_affine(
             raise FloatingPointError(
                 "the features span too wide a range to bring their spread near 1"
             )
-        # W x = (W / c) (c x): the penalty on W / c is rho c^2 (clamped where
-        # c^2 leaves float64's range, which only happens far from any data).
-        rho_coef = min(math.ldexp(rho_coef, min(2 * exponent, 1023)), 1e300)
+        penalty = penalty.rescaled(exponent)
         if log2_spread is not None:
             log2_spread += exponent
     if exponent > 1000:
@@ -1032,7 +1098,7 @@ def fit_affine(
         )
     factor = math.ldexp(1.0, exponent)
 
-    objective = _Objective(features, y, weights, kind, rho_coef, rho_bias, mask)
+    objective = _Objective(features, y, weights, kind, penalty, mask)
     beta, start_iterations = _ray_start(objective, log2_spread)
 
     theta = torch.zeros(objective.shape, dtype=torch.float64, device=device)
@@ -1043,7 +1109,8 @@ def fit_affine(
 
     n_absent = n_separable = 0
     frozen = None
-    if kind == "vector":
+    # A ridge on both the scale and the bias gives every class a finite optimum.
+    if kind == "vector" and not (penalty.diagonal > 0 and penalty.bias > 0):
         absent, separable = objective.unidentified_classes()
         n_absent, n_separable = int(absent.sum()), int(separable.sum())
         frozen = absent | separable
@@ -1057,9 +1124,7 @@ def fit_affine(
                 )
                 columns = columns[kept]
                 frozen = frozen[kept]
-                objective = _Objective(
-                    features, y, weights, kind, rho_coef, rho_bias, mask
-                )
+                objective = _Objective(features, y, weights, kind, penalty, mask)
                 theta = theta[kept]
         objective.freeze(frozen)
 
@@ -1207,7 +1272,7 @@ def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol)
         if objective.track_curvature and objective.last_curvature is not None:
             curv = objective.last_curvature
             if bool(torch.isfinite(curv).all()):
-                precondition = _VectorPreconditioner(curv, grad)
+                precondition = _VectorPreconditioner(curv, grad, objective.rho)
         grad_norm = float(grad.abs().max())
         # At the rounding floor the steps only shuffle noise although every
         # line search succeeds: the gradient stops shrinking and the loss

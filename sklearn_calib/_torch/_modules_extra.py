@@ -56,6 +56,50 @@ class EnsembleTemperatureModule(nn.Module):
         return torch.logsumexp(parts, dim=0)
 
 
+class StructuredScalingModule(nn.Module):
+    """log_softmax(A f(z) + b), f(z) = log((1 - e) softmax(z / T) + e / K_row).
+
+    ``A`` is a full matrix (``matrix=True``, a masked class entering the
+    mixing as the lowest unmasked feature of its row) or a vector of scales.
+    ``K_row`` counts the unmasked classes of the row.
+    """
+
+    def __init__(self, temperature: float, mix_weight: float, coef, intercept, matrix):
+        super().__init__()
+        self.matrix = bool(matrix)
+        self.register_buffer(
+            "inverse_temperature", torch.tensor(1.0 / temperature, dtype=torch.float64)
+        )
+        self.register_buffer(
+            "log_mix",
+            torch.log(
+                torch.tensor([1.0 - mix_weight, mix_weight], dtype=torch.float64)
+            ),
+        )
+        self.register_buffer("coef", torch.as_tensor(coef, dtype=torch.float64).clone())
+        self.register_buffer(
+            "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
+        )
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        logits = _as_two_or_more(logits)
+        dtype = logits.dtype
+        masked = torch.isneginf(logits)
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        scaled = torch.log_softmax(shifted * self.inverse_temperature.to(dtype), -1)
+        count = (~masked).sum(dim=-1, keepdim=True).to(dtype)
+        log_mix = self.log_mix.to(dtype)
+        features = torch.logaddexp(scaled + log_mix[0], log_mix[1] - torch.log(count))
+        if self.matrix:
+            lowest = features.masked_fill(masked, float("inf")).amin(-1, keepdim=True)
+            inputs = torch.where(masked, lowest, features)
+            out = inputs @ self.coef.to(dtype).T + self.intercept.to(dtype)
+        else:
+            inputs = features.masked_fill(masked, 0.0)
+            out = inputs * self.coef.to(dtype) + self.intercept.to(dtype)
+        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+
+
 class BinaryFeatureModule(nn.Module):
     """log_softmax((0, f(s))) for beta calibration or quadratic scaling of s.
 

@@ -42,6 +42,8 @@ FAST_PARAMS = {
     "QuadraticScaling": {},
     "SMART": {"max_iter": 30, "device": "cpu", "random_state": 0},
     "SplineCalibration": {},
+    "StructuredMatrixScaling": {"device": "cpu", "tol": 1e-10},
+    "StructuredVectorScaling": {"device": "cpu", "tol": 1e-10},
     "TemperatureScaling": {"device": "cpu"},
     "VectorScaling": {"device": "cpu", "tol": 1e-10},
     "VennAbersCalibration": {},
@@ -95,6 +97,12 @@ _NO_OPTIMUM_DIRICHLET_REASON = (
     "log-probabilities, all negative, so the unpenalised diagonal weight of an "
     "absent class has no finite optimum (the NLL keeps falling as it grows), "
     "and weighted and repeated fits stop at different points of that ray"
+)
+_EFFECTIVE_SIZE_REASON = (
+    "the penalties and the uniform mixture depend on the number of samples n, "
+    "which these calibrators read as Kish's effective sample size (sum w)^2 / "
+    "sum w^2 so that the scale of the weights changes nothing: a row of weight "
+    "2 is not two samples, and repeated rows are more samples"
 )
 _BINARY_WIDTH_REASON = (
     "feeds binary y with X of 3 or more columns; a binary logit calibrator takes "
@@ -169,6 +177,14 @@ EXPECTED_FAILED_CHECKS: dict[str, dict[str, str | None]] = {
         "check_classifiers_train": _MONOTONE_REVERSED_REASON,
     },
     "QuadraticScaling": _BINARY_ONLY_TABLE,
+    "StructuredMatrixScaling": {
+        "check_sample_weight_equivalence_on_dense_data": _EFFECTIVE_SIZE_REASON,
+        "check_classifiers_train": _ACCURACY_REASON,
+    },
+    "StructuredVectorScaling": {
+        "check_sample_weight_equivalence_on_dense_data": _EFFECTIVE_SIZE_REASON,
+        "check_classifiers_train": _ACCURACY_REASON,
+    },
 }
 
 # What the failure of each reason looks like: (exception type, pattern of its
@@ -184,6 +200,10 @@ REASON_ERRORS = {
     _ACCURACY_REASON: (AssertionError, r"^$"),
     _MONOTONE_REVERSED_REASON: (AssertionError, r"^$"),
     _NO_OPTIMUM_REASON: (AssertionError, r"fitting with `sample_weight` is not"),
+    _EFFECTIVE_SIZE_REASON: (
+        AssertionError,
+        r"fitting with `sample_weight` is not",
+    ),
     _NO_OPTIMUM_DIRICHLET_REASON: (
         AssertionError,
         r"fitting with `sample_weight` is not",
