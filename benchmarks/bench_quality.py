@@ -205,6 +205,11 @@ PEERS = {
     "probmetrics beta": _probmetrics("beta"),  # betacal's abm, binary
     "probmetrics quadratic-scaling": _probmetrics("quadratic-scaling"),  # binary
     "probmetrics ivap": _probmetrics("ivap"),  # venn-abers package
+    # Structured matrix / vector scaling (ridge, their defaults), and
+    # "logistic": sms on multiclass sets, affine (Platt on logits) on binary.
+    "probmetrics sms": _probmetrics("sms"),
+    "probmetrics svs": _probmetrics("svs"),
+    "probmetrics logistic": _probmetrics("logistic"),
     "torch-uncertainty TemperatureScaler": _torch_uncertainty("TemperatureScaler"),
     "torch-uncertainty VectorScaler": _torch_uncertainty("VectorScaler"),
     "torch-uncertainty MatrixScaler": _torch_uncertainty("MatrixScaler"),

@@ -35,6 +35,7 @@ BENCHMARKS = [
     "bench_metrics",
     "bench_classifier",
     "bench_quality",
+    "bench_structured",
     "bench_memory",
     "bench_conformal",
     # Writes 4 GB to /tmp and reads it about 15 times (about an hour on 2
