@@ -7,7 +7,8 @@ supported input in a source with that operation, :meth:`reduce`:
 
 - a dask array (and a memmap or zarr array, wrapped with
   ``dask.array.from_array`` when dask is installed) becomes a dask graph: one
-  task per chunk, then a tree of combine tasks (``dask.delayed``), computed by
+  task per chunk, then a tree of combine tasks (one graph layer, whose memory
+  grows linearly with the number of chunks), computed by
   whatever scheduler is active (threads by default, a ``dask.distributed``
   cluster when a client exists). Nothing here schedules work itself.
 - a re-iterable of ``(X, y)`` or ``(X, y, sample_weight)`` chunks (a list, a
