@@ -16,6 +16,7 @@ is that of a chunk.
 
 import re
 import threading
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -144,8 +145,8 @@ def _read_piece(piece, progress=None):
     return values
 
 
-def _read_part(reader, start, stop, progress=None):
-    values = reader.read(start, stop)
+def _read_block(reader, start, stop, progress, dtype):
+    values = reader.read(start, stop).astype(dtype, copy=False)
     if progress is not None:
         progress()
     return values
@@ -214,26 +215,39 @@ class ChunkedDataset:
         sample_weight : dask.array.Array of shape (n_samples,) or None
         """
         da = import_dask_array()
-        from dask import delayed
+        from dask.highlevelgraph import HighLevelGraph
 
-        read = delayed(_read_part, pure=True)
-        parts = ([], [], [])
-        for readers, start, stop in self._pieces:
-            n = stop - start
-            for index, reader in enumerate(readers):
-                if reader is None:
-                    continue
-                shape = (n,) + tuple(reader.shape[1:])
-                # Progress counts the reads of the logits, one per chunk.
-                progress = self._progress if index == 0 else None
-                parts[index].append(
-                    da.from_delayed(
-                        read(reader, start, stop, progress),
-                        shape=shape,
-                        dtype=reader.dtype,
-                    )
+        arrays = []
+        for index, what in enumerate(("logits", "y", "sample_weight")):
+            readers = [piece[0][index] for piece in self._pieces]
+            if not readers or readers[0] is None:
+                arrays.append(None)
+                continue
+            if len({len(r.shape) for r in readers}) > 1:
+                raise ValueError(
+                    f"The chunks' {what} arrays have different numbers of "
+                    "dimensions; save them all 1-D or all 2-D."
                 )
-        arrays = [da.concatenate(p, axis=0) if p else None for p in parts]
+            # Mixed dtypes are promoted, as numpy.concatenate would.
+            dtype = np.result_type(*{r.dtype for r in readers})
+            # One graph layer with a read task per chunk (a dask.array built
+            # by concatenating a from_delayed array per chunk has a layer per
+            # chunk, and every graph derived from it copies that table).
+            name = f"read-{what}-{uuid.uuid4().hex}"
+            tail = (0,) * (len(readers[0].shape) - 1)
+            # Progress counts the reads of the logits, one per chunk.
+            progress = self._progress if index == 0 else None
+            layer = {
+                (name, i, *tail): (_read_block, reader, start, stop, progress, dtype)
+                for i, (reader, (_, start, stop)) in enumerate(
+                    zip(readers, self._pieces, strict=True)
+                )
+            }
+            chunks = (tuple(stop - start for _, start, stop in self._pieces),) + tuple(
+                (n,) for n in readers[0].shape[1:]
+            )
+            graph = HighLevelGraph.from_collections(name, layer, dependencies=())
+            arrays.append(da.Array(graph, name, chunks, dtype=dtype))
         return arrays[0], arrays[1], arrays[2]
 
 
