@@ -146,7 +146,9 @@ def _probmetrics(class_name, **kwargs):
         from probmetrics import calibrators
         from probmetrics.distributions import CategoricalLogits
 
-        if hasattr(calibrators, class_name):
+        # A class of the package, or a factory name ("logistic" is also the
+        # name of a submodule, so test for a class).
+        if isinstance(getattr(calibrators, class_name, None), type):
             model = getattr(calibrators, class_name)(**kwargs)
         else:
             model = calibrators.get_calibrator(class_name, **kwargs)

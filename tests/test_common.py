@@ -24,6 +24,7 @@ from sklearn_calib.utils._testing import (
     _COMMON_EXPECTED_FAILURES,
     EXPECTED_FAILED_CHECKS,
     FAST_PARAMS,
+    N_FROM_WEIGHTS,
     REASON_ERRORS,
     expected_failed_checks,
     make_fast,
@@ -193,11 +194,6 @@ def test_string_labels(calibrator, logits_y):
         calibrator.predict_proba(X), reference.predict_proba(X), atol=1e-10
     )
     assert set(calibrator.predict(X)) <= set(names)
-
-
-# Their penalties and mixture depend on n, read from the weights as Kish's
-# effective sample size (scale-free): tests/test_structured.py checks that.
-N_FROM_WEIGHTS = {"StructuredMatrixScaling", "StructuredVectorScaling"}
 
 
 def test_sample_weight_equals_repeated_rows(calibrator, logits_y):

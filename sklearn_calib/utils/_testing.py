@@ -98,6 +98,10 @@ _NO_OPTIMUM_DIRICHLET_REASON = (
     "absent class has no finite optimum (the NLL keeps falling as it grows), "
     "and weighted and repeated fits stop at different points of that ray"
 )
+# Calibrators whose fit depends on the number of samples n, read from the
+# weights as Kish's effective sample size (sum w)^2 / sum w^2: scale-free, but
+# integer weights are not repeated rows.
+N_FROM_WEIGHTS = {"StructuredMatrixScaling", "StructuredVectorScaling"}
 _EFFECTIVE_SIZE_REASON = (
     "the penalties and the uniform mixture depend on the number of samples n, "
     "which these calibrators read as Kish's effective sample size (sum w)^2 / "
