@@ -66,7 +66,9 @@ def measure(cls, fit_data, big):
         "output_bytes": proba.nbytes,
         "ratio": peak / proba.nbytes,
         "finite": bool(np.isfinite(proba).all()),
-        "max_row_sum_error": float(np.abs(proba.sum(axis=1, dtype=np.float64) - 1).max()),
+        "max_row_sum_error": float(
+            np.abs(proba.sum(axis=1, dtype=np.float64) - 1).max()
+        ),
     }
     del proba
     return record
@@ -79,7 +81,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     n_rows = 100_000 if args.quick else 1_000_000
-    logits, y = make_logits(n_samples=5000, n_classes=N_CLASSES, seed=0, dtype=np.float32)
+    logits, y = make_logits(
+        n_samples=5000, n_classes=N_CLASSES, seed=0, dtype=np.float32
+    )
     rng = np.random.default_rng(1)
     big = rng.standard_normal((n_rows, N_CLASSES), dtype=np.float32)
     big *= 3.0

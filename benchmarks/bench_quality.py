@@ -118,7 +118,8 @@ def _netcal(class_name, **kwargs):
         import netcal.binning
         import netcal.scaling
 
-        module = netcal.scaling if hasattr(netcal.scaling, class_name) else netcal.binning
+        scaling = hasattr(netcal.scaling, class_name)
+        module = netcal.scaling if scaling else netcal.binning
         proba_val = _softmax(data["logits_val"])
         proba_test = _softmax(data["logits_test"])
         if proba_val.shape[1] == 2:
@@ -153,7 +154,9 @@ def _probmetrics(class_name, **kwargs):
         else:
             model = calibrators.get_calibrator(class_name, **kwargs)
         val = CategoricalLogits(torch.from_numpy(data["logits_val"].astype(np.float32)))
-        test = CategoricalLogits(torch.from_numpy(data["logits_test"].astype(np.float32)))
+        test = CategoricalLogits(
+            torch.from_numpy(data["logits_test"].astype(np.float32))
+        )
         start = time.perf_counter()
         model.fit_torch(val, torch.from_numpy(data["y_val"]))
         seconds = time.perf_counter() - start
@@ -171,7 +174,10 @@ def _torch_uncertainty(class_name):
 
         k = data["logits_val"].shape[1]
         scaler_cls = getattr(post_processing, class_name)
-        scaler = scaler_cls(num_classes=k) if class_name != "TemperatureScaler" else scaler_cls()
+        if class_name == "TemperatureScaler":
+            scaler = scaler_cls()
+        else:
+            scaler = scaler_cls(num_classes=k)
         loader = DataLoader(
             TensorDataset(torch.from_numpy(data["logits_val"].astype(np.float32)),
                           torch.from_numpy(data["y_val"])),
@@ -270,7 +276,8 @@ def published_checks(results):
     guo = by_set.get("c10_densenet40_guo")
     if guo and "TemperatureScaling" in guo:
         checks.append(
-            "Guo et al. 2017, DenseNet-40 on CIFAR-10: published ECE 5.50% raw -> 0.95% "
+            "Guo et al. 2017, DenseNet-40 on CIFAR-10: published ECE 5.50% raw -> "
+            "0.95% "
             f"with temperature scaling; measured {guo['raw logits']['ECE %']:.2f}% -> "
             f"{guo['TemperatureScaling']['ECE %']:.2f}%."
         )
@@ -285,7 +292,8 @@ def published_checks(results):
             "SMART authors, ResNet-50 on CIFAR-10 (cross-entropy): published ECE 4.35% "
             "raw, 1.38% TS, 0.76-0.82% SMART; measured "
             f"{smart['raw logits']['ECE %']:.2f}%, "
-            f"{smart['TemperatureScaling']['ECE %']:.2f}%, {smart['SMART']['ECE %']:.2f}%."
+            f"{smart['TemperatureScaling']['ECE %']:.2f}%, "
+            f"{smart['SMART']['ECE %']:.2f}%."
         )
     return checks
 
@@ -327,7 +335,8 @@ def to_markdown(results, checks, info, quick):
         "costs at most 36 nats; an unclipped log-softmax NLL can be slightly higher "
         "on sets with extreme logits). Bold: best per "
         f"column within the set. Machine: {info['cpu_count']} cores, torch "
-        f"{info['torch']}.{' Quick mode: a subset of sets and peers.' if quick else ''}\n",
+        f"{info['torch']}."
+        f"{' Quick mode: a subset of sets and peers.' if quick else ''}\n",
         "## Published figures reproduced\n",
         *[f"- {c}" for c in checks],
         "",
@@ -374,7 +383,8 @@ def main(argv=None):
     results = [evaluate_set(name, quick=args.quick, only=args.only) for name in names]
     checks = published_checks(results)
     info = machine_info()
-    write_results("bench_quality", {"machine": info, "results": results, "checks": checks},
+    payload = {"machine": info, "results": results, "checks": checks}
+    write_results("bench_quality", payload,
                   to_markdown(results, checks, info, args.quick), args.out)
 
 

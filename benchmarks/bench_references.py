@@ -38,7 +38,6 @@ def _two_columns(s):
 def beta_vs_betacal(name):
     import betacal
     import betacal.beta_calibration as module
-
     from sklearn.linear_model import LogisticRegression
 
     from sklearn_calib import BetaCalibration

@@ -192,14 +192,16 @@ def run_case(label, X, y, *, repeat, skip_slow_peers):
         try:
             seconds, beta, extra = fit(X, y, repeat if name == "sklearn-calib" else 1)
         except ImportError as exc:
-            rows.append({"case": label, "method": name, "status": f"missing ({exc.name})"})
+            status = f"missing ({exc.name})"
+            rows.append({"case": label, "method": name, "status": status})
             continue
         except Exception as exc:  # a peer failing on a case is a result too
             rows.append({"case": label, "method": name,
                          "status": f"failed ({type(exc).__name__})"})
             continue
         if not (np.isfinite(beta) and beta > 0):
-            rows.append({"case": label, "method": name, "status": "failed (T not finite)"})
+            status = "failed (T not finite)"
+            rows.append({"case": label, "method": name, "status": status})
             continue
         rows.append(
             {

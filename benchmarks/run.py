@@ -3,9 +3,10 @@
 ``python benchmarks/run.py`` runs the full suite: well over an hour on 2 cores
 (the eight benchmarks in ``results/run_times.json`` took 21 minutes together;
 bench_scale, which writes 4 GB twice, takes about an hour more, and
-bench_large_n minutes); ``--quick`` a subset that finishes in a few minutes. Each benchmark
-writes JSON and markdown to ``benchmarks/results`` (or ``--out``); this script
-concatenates the markdown tables into ``docs/benchmarks.md``.
+bench_large_n minutes); ``--quick`` a subset that finishes in a few minutes.
+Each benchmark writes JSON and markdown to ``benchmarks/results`` (or
+``--out``); this script concatenates the markdown tables into
+``docs/benchmarks.md``.
 """
 
 import argparse
@@ -47,13 +48,20 @@ BENCHMARKS = [
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="fast subset of every benchmark")
+    parser.add_argument(
+        "--quick", action="store_true", help="fast subset of every benchmark"
+    )
     parser.add_argument("--out", default=str(HERE / "results"), help="results folder")
     parser.add_argument("--docs", default=str(HERE.parent / "docs" / "benchmarks.md"),
                         help="markdown page to (re)write; '' to skip")
-    parser.add_argument("--only", default="", help="comma-separated subset of benchmarks")
-    parser.add_argument("--collect", action="store_true",
-                        help="only rebuild the docs page from the results already written")
+    parser.add_argument(
+        "--only", default="", help="comma-separated subset of benchmarks"
+    )
+    parser.add_argument(
+        "--collect",
+        action="store_true",
+        help="only rebuild the docs page from the results already written",
+    )
     args = parser.parse_args(argv)
 
     chosen = [b for b in BENCHMARKS if not args.only or b in args.only.split(",")]
@@ -83,8 +91,8 @@ def main(argv=None):
                 if not text.startswith("# "):
                     text = f"# {TITLES.get(name, name)}\n\n{text}"
                 # demote the benchmark's own headings by one level
-                parts.append("\n".join("#" + l if l.startswith("#") else l
-                                       for l in text.splitlines()))
+                parts.append("\n".join("#" + line if line.startswith("#") else line
+                                       for line in text.splitlines()))
         shown = {n: timings[n] for n in chosen if n in timings}
         if shown:
             parts.append("\nLatest run time of each benchmark: " + ", ".join(
