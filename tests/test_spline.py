@@ -13,6 +13,7 @@ from scipy.special import softmax
 from sklearn_calib import SplineCalibration, TemperatureScaling
 from sklearn_calib._spline import fit_spline_table
 from sklearn_calib.metrics import expected_calibration_error, log_loss
+from sklearn_calib.utils._math import log_softmax
 from sklearn_calib.utils._testing import make_logits
 
 from .conftest import load_shared
@@ -56,7 +57,11 @@ def test_keeps_argmax_monotone_and_reduces_ece(name):
     # The recalibrated confidence is the monotone map g of the raw one, except
     # where g would drop the top class below the rescaled runner-up (then it
     # is floored at that tie): max(g(p), tie).
-    raw = softmax(test, axis=1)
+    # The confidence as the calibrator computes it, exp(log_softmax): near 1
+    # the table's points are distinct calibration confidences an ulp apart,
+    # so a softmax rounded differently (scipy's, at the numpy 1.24 floor)
+    # lands on a neighbouring segment and moves g(p) by up to 6e-8.
+    raw = np.exp(log_softmax(test.copy()))
     top2 = np.sort(raw, axis=1)[:, -2:]
     mapped = np.interp(top2[:, 1], spline.confidences_, spline.calibrated_)
     tie = top2[:, 0] / (1 - top2[:, 1] + top2[:, 0])
