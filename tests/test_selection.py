@@ -128,6 +128,8 @@ def test_default_candidates_are_the_affine_family():
         "VectorScaling()",
         "MatrixScaling()",
         "DirichletCalibration()",
+        "StructuredVectorScaling()",
+        "StructuredMatrixScaling()",
     ]
 
 
