@@ -16,7 +16,6 @@ from ._scaling import (
     _AffineCalibrator,
     _mask_of,
     _mixing_inputs,
-    _parameter_dtype,
 )
 from .utils._compat import Interval, check_is_fitted
 from .utils._fitted_state import check_state_float
@@ -33,21 +32,26 @@ def effective_sample_size(sample_weight):
     return float(w.sum() ** 2 / np.dot(w, w))
 
 
-def structured_features(logits, temperature, mix_weight):
+def structured_features(logits, temperature, mix_weight, mask=None):
     """``log((1 - e) softmax(z / T) + e / K_row)`` in float64, ``-inf`` where masked.
 
     ``K_row`` is the number of unmasked (finite) logits of the row, so a
     masked class keeps probability exactly 0 and the mixture stays a
-    distribution over the classes the row allows.
+    distribution over the classes the row allows. ``mask`` (the ``-inf``
+    entries, or None when there are none) is computed when not given.
     """
+    if mask is None:
+        mask = _mask_of(logits)
     scaled = scale_logits(np.asarray(logits, dtype=np.float64), 1.0 / temperature)
     log_p = log_softmax(scaled)
-    mask = np.isneginf(logits)
-    allowed = logits.shape[1] - np.count_nonzero(mask, axis=1, keepdims=True)
+    allowed = logits.shape[1]
+    if mask is not None:
+        allowed = allowed - np.count_nonzero(mask, axis=1, keepdims=True)
     with np.errstate(divide="ignore"):  # e = 0 leaves the temperature map
         uniform = np.log(mix_weight) - np.log(allowed)
     out = np.logaddexp(np.log1p(-mix_weight) + log_p, uniform)
-    out[mask] = -np.inf
+    if mask is not None:
+        out[mask] = -np.inf
     return out
 
 
@@ -83,7 +87,9 @@ class _StructuredScaling(_AffineCalibrator):
 
     def _inputs(self, logits, mask):
         """The solver's finite inputs: the mixing stand-in (matrix) or 0 (vector)."""
-        features = structured_features(logits, self.temperature_, self.mix_weight_)
+        features = structured_features(
+            logits, self.temperature_, self.mix_weight_, mask
+        )
         # float32 logits give float32 features: the solver's passes then run
         # in float32 until its last, float64 iterations (as for the logits).
         features = features.astype(logits.dtype, copy=False)
@@ -137,13 +143,14 @@ class _StructuredScaling(_AffineCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         mask = _mask_of(logits)
+        # The parameters are float64, and so is the map (features of float32
+        # logits are float32, and promote).
         features = self._inputs(logits, mask)
-        work = _parameter_dtype(np.float64, self.coef_, self.intercept_)
         if self._kind == "matrix":
-            out = features @ self.coef_.T.astype(work)
+            out = features @ self.coef_.T
         else:
-            out = features * self.coef_.astype(work)
-        out += self.intercept_.astype(work)
+            out = features * self.coef_
+        out += self.intercept_
         if mask is not None:
             out[mask] = -np.inf
         return out.astype(dtype, copy=False)
