@@ -39,16 +39,17 @@ def _torch_inputs(logits, y, sample_weight, device):
 SEPARATED_LOSS = 1e-6
 
 
-def _parameter_dtype(dtype, *parameters):
+def _parameter_dtype(dtype, *arrays):
     """The dtype to apply fitted parameters in: the logits' own, or float64
-    when a parameter does not fit in it (float32 logits spread by 1e-40 are
-    fitted with scales near 1e40, beyond float32's range, yet map to
-    calibrated logits of order 1)."""
+    when a parameter or feature does not fit in it (float32 logits spread by
+    1e-40 are fitted with scales near 1e40, beyond float32's range, yet map to
+    calibrated logits of order 1; log-probabilities of float32 logits near
+    3e38 reach -6e38)."""
     dtype = np.dtype(dtype)
     if dtype == np.float64:
         return np.float64
     limit = np.finfo(dtype).max
-    if any(np.any(np.abs(p) > limit) for p in parameters):
+    if any(np.any(np.abs(a) > limit) for a in arrays):
         return np.float64
     return dtype.type
 
@@ -831,9 +832,10 @@ class MatrixScaling(_AffineCalibrator):
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
-        work = _parameter_dtype(dtype, self.coef_, self.intercept_)
         mask = _mask_of(logits)
-        features = _mixing_inputs(self._features(logits), mask).astype(work, copy=False)
+        features = _mixing_inputs(self._features(logits), mask)
+        work = _parameter_dtype(dtype, self.coef_, self.intercept_, features)
+        features = features.astype(work, copy=False)
         out = features @ self.coef_.T.astype(work) + self.intercept_.astype(work)
         if mask is not None:
             out[mask] = -np.inf
@@ -973,7 +975,9 @@ class DirichletCalibration(MatrixScaling):
     """
 
     def _features(self, logits):
-        return log_softmax(logits)
+        # In float64: float32 logits near its range (3e38) have gaps that
+        # overflow float32, which would turn finite log-probabilities to -inf.
+        return log_softmax(logits.astype(np.float64, copy=False))
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.

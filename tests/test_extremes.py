@@ -124,3 +124,31 @@ def test_fit_and_predict_accept_the_same_tiny_logits(name):
     assert proba.dtype == np.float32
     assert np.all(np.isfinite(proba))
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-5)
+
+
+# --- to_torch on the same extremes ----------------------------------------------
+
+FLOAT32_EXTREMES = {"3e38": 3e38, "spread-1e-40": 1e-40}
+
+
+@pytest.mark.parametrize("case", sorted(FLOAT32_EXTREMES))
+@pytest.mark.parametrize(
+    "name", sorted(n for n, c in CALIBRATORS.items() if hasattr(c, "to_torch"))
+)
+def test_to_torch_equals_predict_proba_on_float32_extremes(name, case):
+    # float32 logits near its range differ by more than float32 holds, and
+    # logits spread by 1e-40 fit scales beyond it: the module must compute as
+    # predict_proba does, not turn them into inf or NaN.
+    torch = pytest.importorskip("torch")
+    X, y = make_logits(n_samples=300, n_classes=n_classes_for(name, 4), seed=6)
+    logits = (X / np.abs(X).max() * FLOAT32_EXTREMES[case]).astype(np.float32)
+    estimator = _quiet_fit(make_fast(CALIBRATORS[name]), logits, y)
+    with torch.no_grad():
+        log_proba = estimator.to_torch()(torch.as_tensor(logits))
+    assert log_proba.dtype == torch.float32
+    expected = estimator.predict_proba(logits.astype(np.float64))
+    # Platt's score z1 - z0 of float32 logits near 3e38 is rounded to float32
+    # by both paths alike (6e-5 from the float64 score).
+    atol = 1e-4 if name == "PlattScaling" else 1e-6
+    np.testing.assert_allclose(np.exp(log_proba.numpy()), expected, atol=atol)
+    np.testing.assert_allclose(estimator.predict_proba(logits), expected, atol=atol)

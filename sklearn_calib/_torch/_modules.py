@@ -112,6 +112,18 @@ def _binary_as_two_logits(logits: torch.Tensor) -> torch.Tensor:
     return logits
 
 
+def _beyond_float32(*values) -> bool:
+    """Whether a fitted value lies beyond float32's range (float32 logits
+    spread by 1e-40 fit scales near 1e40): the module then computes float32
+    input in float64, as ``predict_proba`` does, instead of turning the value
+    into inf."""
+    limit = torch.finfo(torch.float32).max
+    return any(
+        bool(torch.as_tensor(v, dtype=torch.float64).abs().max() > limit)
+        for v in values
+    )
+
+
 class VectorScalingModule(nn.Module):
     """Maps logits to calibrated log-probabilities: log_softmax(w * z + b).
 
@@ -126,15 +138,20 @@ class VectorScalingModule(nn.Module):
         self.register_buffer(
             "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
         )
+        self.in_float64 = _beyond_float32(coef, intercept)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        dtype = logits.dtype
+        if self.in_float64:
+            logits = logits.to(torch.float64)
         logits = _binary_as_two_logits(logits)
         masked = torch.isneginf(logits)
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
         # 0 stands in for -inf, whose product with a scale could be +inf or NaN.
         out = logits.masked_fill(masked, 0.0) * coef + intercept
-        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        return out.to(dtype)
 
 
 class MatrixScalingModule(nn.Module):
@@ -154,8 +171,14 @@ class MatrixScalingModule(nn.Module):
         self.register_buffer(
             "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
         )
+        # Log-probabilities are computed in float64, as predict_proba does:
+        # float32 logits near 3e38 differ by more than float32 can hold.
+        self.in_float64 = log_probabilities or _beyond_float32(coef, intercept)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        dtype = logits.dtype
+        if self.in_float64:
+            logits = logits.to(torch.float64)
         logits = _binary_as_two_logits(logits)
         masked = torch.isneginf(logits)
         if self.log_probabilities:
@@ -165,7 +188,8 @@ class MatrixScalingModule(nn.Module):
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
         out = inputs @ coef.T + intercept
-        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        return out.to(dtype)
 
 
 class PlattModule(nn.Module):
@@ -180,8 +204,12 @@ class PlattModule(nn.Module):
         super().__init__()
         self.register_buffer("coef", torch.tensor(coef, dtype=torch.float64))
         self.register_buffer("intercept", torch.tensor(intercept, dtype=torch.float64))
+        self.in_float64 = _beyond_float32(coef, intercept)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        dtype = logits.dtype
+        if self.in_float64:
+            logits = logits.to(torch.float64)
         if logits.shape[-1] == 1:
             score = logits
         else:
@@ -192,4 +220,5 @@ class PlattModule(nn.Module):
         positive = score * self.coef.to(logits.dtype) + self.intercept.to(logits.dtype)
         out = torch.cat([torch.zeros_like(positive), positive], dim=-1)
         masked = torch.cat([negative_masked, positive_masked], dim=-1)
-        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        return out.to(dtype)

@@ -2,8 +2,11 @@
 
 Every module maps logits to calibrated log-probabilities, keeps a masked
 logit (``-inf``) at probability exactly 0, reads a single score column ``s``
-as the logits ``(0, s)``, computes in the input's dtype and holds its fitted
-values as float64 buffers (never trainable parameters).
+as the logits ``(0, s)``, returns the input's dtype and holds its fitted
+values as float64 buffers (never trainable parameters). Like the
+calibrators' ``predict_proba``, they compute in float64: float32 logits near
+its range (3e38) differ by more than float32 holds, and a temperature fitted
+on float32 logits spread by 1e-40 has an inverse beyond it.
 """
 
 import torch
@@ -39,21 +42,21 @@ class EnsembleTemperatureModule(nn.Module):
         )
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        logits = _as_two_or_more(logits)
         dtype = logits.dtype
-        log_w = self.log_weights.to(dtype)
+        logits = _as_two_or_more(logits.to(torch.float64))
+        log_w = self.log_weights
         shifted = logits - logits.amax(dim=-1, keepdim=True)
-        scaled = torch.log_softmax(shifted * self.inverse_temperature.to(dtype), -1)
+        scaled = torch.log_softmax(shifted * self.inverse_temperature, -1)
         raw = torch.log_softmax(shifted, dim=-1)
         unmasked = torch.isfinite(logits)
-        count = unmasked.sum(dim=-1, keepdim=True).to(dtype)
+        count = unmasked.sum(dim=-1, keepdim=True).to(torch.float64)
         uniform = torch.where(
             unmasked, -torch.log(count), torch.full_like(logits, float("-inf"))
         )
         parts = torch.stack(
             [scaled + log_w[0], raw + log_w[1], uniform + log_w[2]], dim=0
         )
-        return torch.logsumexp(parts, dim=0)
+        return torch.logsumexp(parts, dim=0).to(dtype)
 
 
 class StructuredScalingModule(nn.Module):
@@ -82,22 +85,23 @@ class StructuredScalingModule(nn.Module):
         )
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        logits = _as_two_or_more(logits)
         dtype = logits.dtype
+        logits = _as_two_or_more(logits.to(torch.float64))
         masked = torch.isneginf(logits)
         shifted = logits - logits.amax(dim=-1, keepdim=True)
-        scaled = torch.log_softmax(shifted * self.inverse_temperature.to(dtype), -1)
-        count = (~masked).sum(dim=-1, keepdim=True).to(dtype)
-        log_mix = self.log_mix.to(dtype)
+        scaled = torch.log_softmax(shifted * self.inverse_temperature, -1)
+        count = (~masked).sum(dim=-1, keepdim=True).to(torch.float64)
+        log_mix = self.log_mix
         features = torch.logaddexp(scaled + log_mix[0], log_mix[1] - torch.log(count))
         if self.matrix:
             lowest = features.masked_fill(masked, float("inf")).amin(-1, keepdim=True)
             inputs = torch.where(masked, lowest, features)
-            out = inputs @ self.coef.to(dtype).T + self.intercept.to(dtype)
+            out = inputs @ self.coef.T + self.intercept
         else:
             inputs = features.masked_fill(masked, 0.0)
-            out = inputs * self.coef.to(dtype) + self.intercept.to(dtype)
-        return torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+            out = inputs * self.coef + self.intercept
+        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        return out.to(dtype)
 
 
 class BinaryFeatureModule(nn.Module):
@@ -116,8 +120,9 @@ class BinaryFeatureModule(nn.Module):
         )
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        logits = _as_two_or_more(logits)
-        params = self.params.to(logits.dtype)
+        dtype = logits.dtype
+        logits = _as_two_or_more(logits.to(torch.float64))
+        params = self.params
         masked = (logits == float("-inf")).any(dim=-1)
         score = logits[..., 1] - logits[..., 0]
         bound = _quarter_max(logits.dtype)
@@ -136,7 +141,7 @@ class BinaryFeatureModule(nn.Module):
         f = torch.clamp(f, -bound, bound)
         calibrated = torch.stack([zero, f], dim=-1)
         out = torch.where(masked.unsqueeze(-1), logits, calibrated)
-        return torch.log_softmax(out, dim=-1)
+        return torch.log_softmax(out, dim=-1).to(dtype)
 
 
 class TopLabelTableModule(nn.Module):
