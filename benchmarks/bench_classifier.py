@@ -38,8 +38,12 @@ def datasets(quick):
     }
     if not quick:
         found["synthetic (5 classes, 5k)"] = make_classification(
-            n_samples=5_000, n_features=20, n_informative=10, n_classes=5,
-            flip_y=0.05, random_state=0,
+            n_samples=5_000,
+            n_features=20,
+            n_informative=10,
+            n_classes=5,
+            flip_y=0.05,
+            random_state=0,
         )
     return found
 
@@ -74,18 +78,24 @@ def methods(quick):
 
     found = [("uncalibrated", None)]
     for method in ("temperature",) if quick else ("sigmoid", "isotonic", "temperature"):
-        found.append((
-            f"sklearn {method}",
-            lambda est, cv, m=method: CalibratedClassifierCV(est, method=m, cv=cv),
-        ))
+        found.append(
+            (
+                f"sklearn {method}",
+                lambda est, cv, m=method: CalibratedClassifierCV(est, method=m, cv=cv),
+            )
+        )
     for name, cls in all_calibrators():
         if quick and name != "TemperatureScaling":
             continue
         params = {"device": "cpu"} if "device" in cls().get_params() else {}
-        found.append((
-            name,
-            lambda est, cv, c=cls, p=params: CalibratedClassifier(est, c(**p), cv=cv),
-        ))
+        found.append(
+            (
+                name,
+                lambda est, cv, c=cls, p=params: CalibratedClassifier(
+                    est, c(**p), cv=cv
+                ),
+            )
+        )
     return found
 
 
@@ -133,14 +143,27 @@ def evaluate(data_name, X, y, est_name, estimator, quick):
             try:
                 model.fit(X_train, y_train)
             except Exception as exc:  # a method failing is a result, not a crash
-                rows.append({"dataset": data_name, "estimator": est_name,
-                             "method": name, "error": f"{type(exc).__name__}: {exc}"})
+                rows.append(
+                    {
+                        "dataset": data_name,
+                        "estimator": est_name,
+                        "method": name,
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                )
                 continue
             fit_s = time.perf_counter() - start
             proba = model.predict_proba(X_test)
         proba_by_method[name] = proba
-        rows.append({"dataset": data_name, "estimator": est_name, "method": name,
-                     "fit_s": fit_s, **scores(y_codes, proba)})
+        rows.append(
+            {
+                "dataset": data_name,
+                "estimator": est_name,
+                "method": name,
+                "fit_s": fit_s,
+                **scores(y_codes, proba),
+            }
+        )
     ours = proba_by_method.get("TemperatureScaling")
     theirs = proba_by_method.get("sklearn temperature")
     if ours is not None and theirs is not None:
@@ -152,8 +175,17 @@ def evaluate(data_name, X, y, est_name, estimator, quick):
 
 
 def to_markdown(rows, info, quick):
-    header = ["dataset", "estimator", "method", "NLL", "Brier", "ECE %", "acc %",
-              "fit s", "|p - sklearn TS|"]
+    header = [
+        "dataset",
+        "estimator",
+        "method",
+        "NLL",
+        "Brier",
+        "ECE %",
+        "acc %",
+        "fit s",
+        "|p - sklearn TS|",
+    ]
 
     def fmt(value, spec):
         return "n/a" if value is None else format(value, spec)
@@ -161,16 +193,35 @@ def to_markdown(rows, info, quick):
     table = []
     for r in rows:
         if "error" in r:
-            table.append([r["dataset"], r["estimator"], r["method"], r["error"], "", "",
-                          "", "", ""])
+            table.append(
+                [
+                    r["dataset"],
+                    r["estimator"],
+                    r["method"],
+                    r["error"],
+                    "",
+                    "",
+                    "",
+                    "",
+                    "",
+                ]
+            )
             continue
-        table.append([
-            r["dataset"], r["estimator"], r["method"], fmt(r["nll"], ".4f"),
-            fmt(r["brier"], ".4f"), fmt(r["ece"], ".2f"), fmt(r["accuracy"], ".2f"),
-            fmt(r["fit_s"], ".2f"),
-            fmt(r.get("max_abs_diff_vs_sklearn_ts"), ".1e") if
-            "max_abs_diff_vs_sklearn_ts" in r else "",
-        ])
+        table.append(
+            [
+                r["dataset"],
+                r["estimator"],
+                r["method"],
+                fmt(r["nll"], ".4f"),
+                fmt(r["brier"], ".4f"),
+                fmt(r["ece"], ".2f"),
+                fmt(r["accuracy"], ".2f"),
+                fmt(r["fit_s"], ".2f"),
+                fmt(r.get("max_abs_diff_vs_sklearn_ts"), ".1e")
+                if "max_abs_diff_vs_sklearn_ts" in r
+                else "",
+            ]
+        )
     return (
         "## CalibratedClassifier vs CalibratedClassifierCV"
         f"{' (quick)' if quick else ''}\n\n"
@@ -194,8 +245,11 @@ def _warm_up():
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="two small sets, GaussianNB, the two temperature scalings")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="two small sets, GaussianNB, the two temperature scalings",
+    )
     parser.add_argument("--out", default=None, help="output folder")
     args = parser.parse_args(argv)
     _warm_up()
@@ -204,8 +258,12 @@ def main(argv=None):
         for est_name, estimator in estimators(args.quick).items():
             rows += evaluate(data_name, X, y, est_name, estimator, args.quick)
     info = machine_info()
-    write_results("bench_classifier", {"machine": info, "results": rows},
-                  to_markdown(rows, info, args.quick), args.out)
+    write_results(
+        "bench_classifier",
+        {"machine": info, "results": rows},
+        to_markdown(rows, info, args.quick),
+        args.out,
+    )
 
 
 if __name__ == "__main__":

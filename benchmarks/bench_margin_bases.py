@@ -68,21 +68,34 @@ def main(argv=None):
                 model.fit(data["logits_val"], data["y_val"])
                 seconds = time.perf_counter() - start
             proba = model.predict_proba(data["logits_test"].astype(np.float64))
-            rows.append({"set": name, "base": label, "fit_seconds": seconds,
-                         **score(data["y_test"], proba)})
-            print(name, label, f"{rows[-1]['ECE %']:.2f} {rows[-1]['NLL']:.4f}",
-                  flush=True)
+            rows.append(
+                {
+                    "set": name,
+                    "base": label,
+                    "fit_seconds": seconds,
+                    **score(data["y_test"], proba),
+                }
+            )
+            print(
+                name,
+                label,
+                f"{rows[-1]['ECE %']:.2f} {rows[-1]['NLL']:.4f}",
+                flush=True,
+            )
     table = []
     for label in _variants():
         mine = [r for r in rows if r["base"] == label]
-        table.append([
-            label, len(mine),
-            f"{np.mean([r['ECE %'] for r in mine]):.2f}",
-            f"{np.mean([r['NLL'] for r in mine]):.4f}",
-            f"{np.mean([r['Brier'] for r in mine]):.4f}",
-            f"{min(r['fit_seconds'] for r in mine):.1f}-"
-            f"{max(r['fit_seconds'] for r in mine):.1f} s",
-        ])
+        table.append(
+            [
+                label,
+                len(mine),
+                f"{np.mean([r['ECE %'] for r in mine]):.2f}",
+                f"{np.mean([r['NLL'] for r in mine]):.4f}",
+                f"{np.mean([r['Brier'] for r in mine]):.4f}",
+                f"{min(r['fit_seconds'] for r in mine):.1f}-"
+                f"{max(r['fit_seconds'] for r in mine):.1f} s",
+            ]
+        )
     info = machine_info()
     markdown = (
         "# Margin temperature scaling: which base map\n\n"
@@ -93,8 +106,9 @@ def main(argv=None):
             table,
         )
     )
-    write_results("bench_margin_bases", {"machine": info, "rows": rows}, markdown,
-                  args.out)
+    write_results(
+        "bench_margin_bases", {"machine": info, "rows": rows}, markdown, args.out
+    )
 
 
 if __name__ == "__main__":

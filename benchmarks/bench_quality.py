@@ -27,8 +27,11 @@ from _common import (  # noqa: E402
     write_results,
 )
 
-QUICK_SETS = ["c10_densenet40_guo", "c10_resnet50_cross_entropy_smart",
-              "c100_densenetbc100_netcal"]
+QUICK_SETS = [
+    "c10_densenet40_guo",
+    "c10_resnet50_cross_entropy_smart",
+    "c100_densenetbc100_netcal",
+]
 METRICS = ["ECE %", "AdaECE %", "cwECE %", "NLL", "Brier", "acc %"]
 
 
@@ -64,7 +67,7 @@ def ours():
         params = {"device": "cpu"} if "device" in defaults else {}
         if "random_state" in defaults:
             params["random_state"] = 0  # reproducible tables
-        methods[name] = (lambda cls=cls, params=params: cls(**params))
+        methods[name] = lambda cls=cls, params=params: cls(**params)
     return methods
 
 
@@ -179,8 +182,10 @@ def _torch_uncertainty(class_name):
         else:
             scaler = scaler_cls(num_classes=k)
         loader = DataLoader(
-            TensorDataset(torch.from_numpy(data["logits_val"].astype(np.float32)),
-                          torch.from_numpy(data["y_val"])),
+            TensorDataset(
+                torch.from_numpy(data["logits_val"].astype(np.float32)),
+                torch.from_numpy(data["y_val"]),
+            ),
             batch_size=len(data["y_val"]),
         )
         start = time.perf_counter()
@@ -236,8 +241,14 @@ def _selected(names, only):
 def evaluate_set(name, *, quick, only=None):
     data = load_set(name)
     y_test = data["y_test"]
-    rows = [{"method": "raw logits", "status": "ok", "fit_seconds": 0.0,
-             **score(y_test, _softmax(data["logits_test"]))}]
+    rows = [
+        {
+            "method": "raw logits",
+            "status": "ok",
+            "fit_seconds": 0.0,
+            **score(y_test, _softmax(data["logits_test"])),
+        }
+    ]
     our_methods = ours()
     our_methods = {m: our_methods[m] for m in _selected(our_methods, only)}
     for method, factory in our_methods.items():
@@ -247,8 +258,14 @@ def evaluate_set(name, *, quick, only=None):
             reason = str(exc).split(".")[0]  # the first sentence says why
             rows.append({"method": method, "status": f"n/a ({reason})"})
             continue
-        rows.append({"method": method, "status": "ok", "fit_seconds": seconds,
-                     **score(y_test, proba)})
+        rows.append(
+            {
+                "method": method,
+                "status": "ok",
+                "fit_seconds": seconds,
+                **score(y_test, proba),
+            }
+        )
     peers = {k: PEERS[k] for k in QUICK_PEERS} if quick else PEERS
     peers = {k: peers[k] for k in _selected(peers, only)}
     for method, fit in peers.items():
@@ -265,8 +282,14 @@ def evaluate_set(name, *, quick, only=None):
         if not np.all(np.isfinite(proba)):
             rows.append({"method": method, "status": "non-finite output"})
             continue
-        rows.append({"method": method, "status": "ok", "fit_seconds": seconds,
-                     **score(y_test, proba)})
+        rows.append(
+            {
+                "method": method,
+                "status": "ok",
+                "fit_seconds": seconds,
+                **score(y_test, proba),
+            }
+        )
     return {"set": name, "shape_val": list(data["logits_val"].shape), "rows": rows}
 
 
@@ -317,8 +340,13 @@ def summary(results, reference="TemperatureScaling"):
             wins = sum(mine < theirs for mine, theirs in against)
             cells.append(f"{wins}/{len(against)}" if method != reference else "")
         table.append(cells)
-    header = ["method", "sets", *[f"mean {m}" for m in metrics],
-              f"ECE wins vs {reference}", f"NLL wins vs {reference}"]
+    header = [
+        "method",
+        "sets",
+        *[f"mean {m}" for m in metrics],
+        f"ECE wins vs {reference}",
+        f"NLL wins vs {reference}",
+    ]
     return [
         "## Mean over the sets\n",
         "Each method's mean over the sets it ran on (binary-only methods run on "
@@ -384,8 +412,12 @@ def main(argv=None):
     checks = published_checks(results)
     info = machine_info()
     payload = {"machine": info, "results": results, "checks": checks}
-    write_results("bench_quality", payload,
-                  to_markdown(results, checks, info, args.quick), args.out)
+    write_results(
+        "bench_quality",
+        payload,
+        to_markdown(results, checks, info, args.quick),
+        args.out,
+    )
 
 
 if __name__ == "__main__":

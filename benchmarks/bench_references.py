@@ -26,8 +26,10 @@ from _common import load_set, machine_info, markdown_table, public_sets  # noqa:
 
 def _binary(name):
     data = load_set(name)
-    score = {p: (data[f"logits_{p}"][:, 1] - data[f"logits_{p}"][:, 0]).astype(float)
-             for p in ("val", "test")}
+    score = {
+        p: (data[f"logits_{p}"][:, 1] - data[f"logits_{p}"][:, 0]).astype(float)
+        for p in ("val", "test")
+    }
     return score["val"], data["y_val"], score["test"]
 
 
@@ -76,12 +78,24 @@ def quadratic(name):
         eta = X @ theta
         return np.mean(np.logaddexp(0, eta) - y * eta), X.T @ (expit(eta) - y) / len(y)
 
-    scipy_fit = minimize(nll, np.zeros(3), jac=True, method="L-BFGS-B",
-                         options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 10_000})
+    scipy_fit = minimize(
+        nll,
+        np.zeros(3),
+        jac=True,
+        method="L-BFGS-B",
+        options={"ftol": 1e-15, "gtol": 1e-11, "maxiter": 10_000},
+    )
     theta = np.append(ours.coef_, ours.intercept_)
     rel = np.max(np.abs(theta - scipy_fit.x) / np.abs(scipy_fit.x))
-    rows = [["QuadraticScaling", name, "scipy L-BFGS-B, same NLL", f"{rel:.1e}",
-             f"NLL diff {nll(theta)[0] - scipy_fit.fun:.1e}"]]
+    rows = [
+        [
+            "QuadraticScaling",
+            name,
+            "scipy L-BFGS-B, same NLL",
+            f"{rel:.1e}",
+            f"NLL diff {nll(theta)[0] - scipy_fit.fun:.1e}",
+        ]
+    ]
     from probmetrics.calibrators import get_calibrator
 
     with warnings.catch_warnings():
@@ -90,8 +104,9 @@ def quadratic(name):
         reference.fit(_two_columns(s), y)
         expected = reference.predict_proba(_two_columns(s_test))[:, 1]
     dp = np.abs(ours.predict_proba(s_test[:, None])[:, 1] - expected).max()
-    rows.append(["QuadraticScaling", name, "probmetrics quadratic-scaling", "",
-                 f"{dp:.1e}"])
+    rows.append(
+        ["QuadraticScaling", name, "probmetrics quadratic-scaling", "", f"{dp:.1e}"]
+    )
     return rows
 
 
@@ -107,16 +122,25 @@ def ets(name):
     reference.fit(softmax(logits, axis=1), y)
 
     def nll(temperature, w):
-        parts = [softmax(logits / temperature, axis=1), softmax(logits, axis=1),
-                 np.full(logits.shape, 1 / logits.shape[1])]
+        parts = [
+            softmax(logits / temperature, axis=1),
+            softmax(logits, axis=1),
+            np.full(logits.shape, 1 / logits.shape[1]),
+        ]
         mix = sum(wj * p for wj, p in zip(w, parts, strict=True))
         return -np.mean(np.log(mix[np.arange(len(y)), y]))
 
     gap = nll(ours.temperature_, ours.weights_) - nll(reference.t_, reference.w_)
-    return [["EnsembleTemperatureScaling", name, "probmetrics ETSCalibrator(ce)",
-             f"T {abs(ours.temperature_ - reference.t_) / reference.t_:.1e}, "
-             f"w {np.abs(ours.weights_ - reference.w_).max():.1e}",
-             f"NLL diff {gap:.1e}"]]
+    return [
+        [
+            "EnsembleTemperatureScaling",
+            name,
+            "probmetrics ETSCalibrator(ce)",
+            f"T {abs(ours.temperature_ - reference.t_) / reference.t_:.1e}, "
+            f"w {np.abs(ours.weights_ - reference.w_).max():.1e}",
+            f"NLL diff {gap:.1e}",
+        ]
+    ]
 
 
 def venn_abers(name, multiclass):
@@ -147,9 +171,15 @@ def venn_abers(name, multiclass):
         close &= np.isclose(p0[:, m], b[:, 0], atol=1e-12)
         close &= np.isclose(p1[:, m], b[:, 1], atol=1e-12)
     dp = np.abs(ours.predict_proba(test)[close] - expected[close]).max()
-    return [["VennAbersCalibration", name, f"venn-abers {kind}",
-             f"{close.mean():.4f} of rows equal (1e-12)",
-             f"{dp:.1e} on those rows"]]
+    return [
+        [
+            "VennAbersCalibration",
+            name,
+            f"venn-abers {kind}",
+            f"{close.mean():.4f} of rows equal (1e-12)",
+            f"{dp:.1e} on those rows",
+        ]
+    ]
 
 
 def spline(name):
@@ -168,8 +198,15 @@ def spline(name):
     mine = np.interp(test, ours.confidences_, ours.calibrated_)
     diff = np.abs(mine - np.clip(reference.predict_proba(test)[:, 1], 0, 1)).max()
     ties = confidence.shape[0] - np.unique(confidence).shape[0]
-    return [["SplineCalibration", name, "probmetrics CDFSplineCalibrator",
-             f"{ties} tied val confidences", f"{diff:.1e}"]]
+    return [
+        [
+            "SplineCalibration",
+            name,
+            "probmetrics CDFSplineCalibrator",
+            f"{ties} tied val confidences",
+            f"{diff:.1e}",
+        ]
+    ]
 
 
 CASES = [
@@ -198,16 +235,27 @@ def main(argv=None):
         try:
             rows += case(name)
         except ImportError as exc:
-            rows.append([getattr(case, "__name__", "case"), name,
-                         f"missing ({exc.name})", "", ""])
+            rows.append(
+                [
+                    getattr(case, "__name__", "case"),
+                    name,
+                    f"missing ({exc.name})",
+                    "",
+                    "",
+                ]
+            )
     header = ["calibrator", "set", "reference", "parameters", "max |diff| of output"]
     markdown = "# Agreement with reference implementations\n\n" + markdown_table(
         header, rows
     )
     from _common import write_results
 
-    write_results("bench_references", {"machine": machine_info(), "rows": rows},
-                  markdown, args.out)
+    write_results(
+        "bench_references",
+        {"machine": machine_info(), "rows": rows},
+        markdown,
+        args.out,
+    )
 
 
 if __name__ == "__main__":

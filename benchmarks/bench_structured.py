@@ -34,8 +34,11 @@ from sklearn_calib import (  # noqa: E402
 )
 from sklearn_calib._structured import structured_features  # noqa: E402
 
-QUICK_SETS = ["c10_densenet40_guo", "c100_densenetbc100_netcal",
-              "imdb_fasttext_labelerrors"]
+QUICK_SETS = [
+    "c10_densenet40_guo",
+    "c100_densenetbc100_netcal",
+    "imdb_fasttext_labelerrors",
+]
 OURS = {"sms": StructuredMatrixScaling, "svs": StructuredVectorScaling}
 
 
@@ -105,20 +108,32 @@ def to_markdown(rows, info):
         "each solution evaluated on the same float64 features. Fit time: best "
         f"of 5. Machine: {info['cpu_count']} cores, torch {info['torch']}.\n",
     ]
-    header = ["set", "n x K", "method", "objective (ours)", "probmetrics - ours",
-              "fit ours", "fit probmetrics", "speed-up"]
+    header = [
+        "set",
+        "n x K",
+        "method",
+        "objective (ours)",
+        "probmetrics - ours",
+        "fit ours",
+        "fit probmetrics",
+        "speed-up",
+    ]
     table = []
     for r in rows:
         if "probmetrics_objective" not in r:
             continue
-        table.append([
-            r["set"], f"{r['n']} x {r['K']}", r["method"],
-            f"{r['ours_objective']:.8f}",
-            f"{r['probmetrics_objective'] - r['ours_objective']:.2e}",
-            f"{1000 * r['ours_seconds']:.0f} ms",
-            f"{1000 * r['probmetrics_seconds']:.0f} ms",
-            f"{r['probmetrics_seconds'] / r['ours_seconds']:.1f}x",
-        ])
+        table.append(
+            [
+                r["set"],
+                f"{r['n']} x {r['K']}",
+                r["method"],
+                f"{r['ours_objective']:.8f}",
+                f"{r['probmetrics_objective'] - r['ours_objective']:.2e}",
+                f"{1000 * r['ours_seconds']:.0f} ms",
+                f"{1000 * r['probmetrics_seconds']:.0f} ms",
+                f"{r['probmetrics_seconds'] / r['ours_seconds']:.1f}x",
+            ]
+        )
     lines.append(markdown_table(header, table))
     for kind in OURS:
         done = [r for r in rows if r["method"] == kind and "probmetrics_objective" in r]
@@ -152,7 +167,9 @@ def main(argv=None):
         rows.extend(evaluate_set(name))
     info = machine_info()
     write_results(
-        "bench_structured", {"machine": info, "rows": rows}, to_markdown(rows, info),
+        "bench_structured",
+        {"machine": info, "rows": rows},
+        to_markdown(rows, info),
         args.out,
     )
 

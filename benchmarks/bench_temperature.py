@@ -196,8 +196,13 @@ def run_case(label, X, y, *, repeat, skip_slow_peers):
             rows.append({"case": label, "method": name, "status": status})
             continue
         except Exception as exc:  # a peer failing on a case is a result too
-            rows.append({"case": label, "method": name,
-                         "status": f"failed ({type(exc).__name__})"})
+            rows.append(
+                {
+                    "case": label,
+                    "method": name,
+                    "status": f"failed ({type(exc).__name__})",
+                }
+            )
             continue
         if not (np.isfinite(beta) and beta > 0):
             status = "failed (T not finite)"
@@ -220,27 +225,57 @@ def run_case(label, X, y, *, repeat, skip_slow_peers):
     for row in rows:
         if row.get("status") == "ok":
             row["speedup_vs_ours"] = row["fit_seconds"] / ours
-    return {"case": label, "shape": list(X.shape), "exact_T": 1.0 / beta_star,
-            "exact_nll": nll_star, "logsumexp_seconds": lse, "rows": rows}
+    return {
+        "case": label,
+        "shape": list(X.shape),
+        "exact_T": 1.0 / beta_star,
+        "exact_nll": nll_star,
+        "logsumexp_seconds": lse,
+        "rows": rows,
+    }
 
 
 def to_markdown(cases, info):
-    header = ["case (N x K)", "method", "fit time", "x slower than ours", "T",
-              "rel. error of T", "NLL excess", "fit / logsumexp"]
+    header = [
+        "case (N x K)",
+        "method",
+        "fit time",
+        "x slower than ours",
+        "T",
+        "rel. error of T",
+        "NLL excess",
+        "fit / logsumexp",
+    ]
     rows = []
     for case in cases:
         n, k = case["shape"]
         for row in case["rows"]:
             if row["status"] != "ok":
-                rows.append([f"{case['case']} ({n}x{k})", row["method"], row["status"],
-                             "", "", "", "", ""])
+                rows.append(
+                    [
+                        f"{case['case']} ({n}x{k})",
+                        row["method"],
+                        row["status"],
+                        "",
+                        "",
+                        "",
+                        "",
+                        "",
+                    ]
+                )
                 continue
-            rows.append([
-                f"{case['case']} ({n}x{k})", row["method"],
-                f"{row['fit_seconds'] * 1e3:.1f} ms", f"{row['speedup_vs_ours']:.1f}",
-                f"{row['temperature']:.6f}", f"{row['T_rel_error']:.1e}",
-                f"{row['nll_excess']:.2e}", f"{row['passes_of_logsumexp']:.1f}",
-            ])
+            rows.append(
+                [
+                    f"{case['case']} ({n}x{k})",
+                    row["method"],
+                    f"{row['fit_seconds'] * 1e3:.1f} ms",
+                    f"{row['speedup_vs_ours']:.1f}",
+                    f"{row['temperature']:.6f}",
+                    f"{row['T_rel_error']:.1e}",
+                    f"{row['nll_excess']:.2e}",
+                    f"{row['passes_of_logsumexp']:.1f}",
+                ]
+            )
     intro = (
         "# Temperature scaling benchmark\n\n"
         f"Machine: {info['cpu_count']} cores, torch {info['torch']} "
@@ -264,13 +299,17 @@ def main(argv=None):
     for n, k in sizes:
         X, y = synthetic(n, k)
         cases.append(run_case("synthetic", X, y, repeat=3, skip_slow_peers=args.quick))
-    for name in ([] if args.quick else public_sets()):
+    for name in [] if args.quick else public_sets():
         data = load_set(name)
         X, y = data["logits_val"].astype(np.float32), data["y_val"]
         cases.append(run_case(name, X, y, repeat=3, skip_slow_peers=False))
     info = machine_info()
-    write_results("bench_temperature", {"machine": info, "cases": cases},
-                  to_markdown(cases, info), args.out)
+    write_results(
+        "bench_temperature",
+        {"machine": info, "cases": cases},
+        to_markdown(cases, info),
+        args.out,
+    )
 
 
 if __name__ == "__main__":

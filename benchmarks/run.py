@@ -52,8 +52,11 @@ def main(argv=None):
         "--quick", action="store_true", help="fast subset of every benchmark"
     )
     parser.add_argument("--out", default=str(HERE / "results"), help="results folder")
-    parser.add_argument("--docs", default=str(HERE.parent / "docs" / "benchmarks.md"),
-                        help="markdown page to (re)write; '' to skip")
+    parser.add_argument(
+        "--docs",
+        default=str(HERE.parent / "docs" / "benchmarks.md"),
+        help="markdown page to (re)write; '' to skip",
+    )
     parser.add_argument(
         "--only", default="", help="comma-separated subset of benchmarks"
     )
@@ -91,13 +94,19 @@ def main(argv=None):
                 if not text.startswith("# "):
                     text = f"# {TITLES.get(name, name)}\n\n{text}"
                 # demote the benchmark's own headings by one level
-                parts.append("\n".join("#" + line if line.startswith("#") else line
-                                       for line in text.splitlines()))
+                parts.append(
+                    "\n".join(
+                        "#" + line if line.startswith("#") else line
+                        for line in text.splitlines()
+                    )
+                )
         shown = {n: timings[n] for n in chosen if n in timings}
         if shown:
-            parts.append("\nLatest run time of each benchmark: " + ", ".join(
-                f"{n} {t:.0f} s" for n, t in shown.items())
-                + f" ({sum(shown.values()) / 60:.1f} min in all).\n")
+            parts.append(
+                "\nLatest run time of each benchmark: "
+                + ", ".join(f"{n} {t:.0f} s" for n, t in shown.items())
+                + f" ({sum(shown.values()) / 60:.1f} min in all).\n"
+            )
         Path(args.docs).write_text("\n".join(parts))
         print(f"wrote {args.docs}")
 

@@ -45,7 +45,6 @@ def _bootstrap_accuracy_band(
     return low, high
 
 
-
 def _fitted_probabilities(estimator, X, what):
     """``estimator.predict_proba(X)``; a TypeError names what needs them."""
     check_is_fitted(estimator)
@@ -55,6 +54,7 @@ def _fitted_probabilities(estimator, X, what):
             "predicted probabilities."
         )
     return estimator.predict_proba(X)
+
 
 class ReliabilityDisplay:
     """Reliability diagram: per-bin accuracy against mean confidence.

@@ -400,8 +400,7 @@ def reference_log_odds(X):
     a single open class gives ``+inf``, clipped to the largest float64 as the
     calibrator does."""
     columns = [
-        X[:, k] - logsumexp(np.delete(X, k, axis=1), axis=1)
-        for k in range(X.shape[1])
+        X[:, k] - logsumexp(np.delete(X, k, axis=1), axis=1) for k in range(X.shape[1])
     ]
     big = np.finfo(np.float64).max
     return np.clip(np.column_stack(columns), -big, big)
@@ -421,9 +420,7 @@ def test_isotonic_class_maps_are_fitted_on_the_rows_where_the_class_is_open():
         np.testing.assert_allclose(iso.y_thresholds_[k], reference.y_thresholds_)
     X_new, _, masked_new = partially_masked(seed=32, n_samples=300)
     lo_new = reference_log_odds(X_new)
-    expected = np.column_stack(
-        [references[k].predict(lo_new[:, k]) for k in range(4)]
-    )
+    expected = np.column_stack([references[k].predict(lo_new[:, k]) for k in range(4)])
     expected = np.where(masked_new, 0.0, np.maximum(expected, 1e-12))
     expected /= expected.sum(axis=1, keepdims=True)
     proba = iso.predict_proba(X_new)

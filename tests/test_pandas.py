@@ -59,8 +59,10 @@ def test_feature_names_recorded_and_checked(calibrator, frame_y):
     calibrator.fit(frame, y)
     np.testing.assert_array_equal(calibrator.feature_names_in_, frame.columns)
     assert calibrator.n_features_in_ == frame.shape[1]
-    expected = clone(calibrator).fit(frame.to_numpy(), y.to_numpy()).predict_proba(
-        frame.to_numpy()
+    expected = (
+        clone(calibrator)
+        .fit(frame.to_numpy(), y.to_numpy())
+        .predict_proba(frame.to_numpy())
     )
     np.testing.assert_allclose(calibrator.predict_proba(frame), expected, atol=1e-10)
     renamed = frame.rename(columns={"logit_ant": "logit_ape"})

@@ -277,9 +277,7 @@ def _ambiguous_labels_message(
         outside = ""
         if _is_integer_labels(distinct):
             beyond = distinct[(distinct < 0) | (distinct >= n_classes)].tolist()
-            outside = (
-                f" Integer labels outside [0, {n_classes - 1}]: {beyond[:10]!r}."
-            )
+            outside = f" Integer labels outside [0, {n_classes - 1}]: {beyond[:10]!r}."
         return (
             f"{y_name} has {distinct.shape[0]} distinct labels but there are only "
             f"{n_classes} {columns}; logits need one column per class (or a "
@@ -401,9 +399,11 @@ def check_sample_weight(sample_weight, X):
     if sample_weight is None:
         return np.ones(X.shape[0], dtype=np.float64)
     sample_weight = to_numpy(sample_weight)
-    sample_weight = np.asarray(sample_weight, dtype=np.float64) if not np.isscalar(
-        sample_weight
-    ) else sample_weight
+    sample_weight = (
+        np.asarray(sample_weight, dtype=np.float64)
+        if not np.isscalar(sample_weight)
+        else sample_weight
+    )
     if not np.isscalar(sample_weight) and not np.all(np.isfinite(sample_weight)):
         raise ValueError("sample_weight contains NaN or infinity.")
     sample_weight = _check_sample_weight(
