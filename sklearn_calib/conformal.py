@@ -23,7 +23,6 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.utils import check_random_state, get_tags
-from sklearn.utils.multiclass import check_classification_targets
 
 from .utils._compat import (
     HasMethods,
@@ -35,6 +34,7 @@ from .utils._compat import (
 )
 from .utils._math import row_chunks
 from .utils._validation import (
+    check_logit_labels,
     check_sample_weight,
     expand_binary_scores,
     resolve_classes,
@@ -136,22 +136,6 @@ def _score_matrix(
     scores = np.empty_like(before)
     np.put_along_axis(scores, order, before, axis=1)
     return scores
-
-
-def _check_targets(y):
-    """Classification labels, without the "looks like regression" hint.
-
-    A calibration split often holds few samples of many classes, which
-    scikit-learn's target-type heuristic reads as regression; here the labels
-    index logit columns, so that hint cannot apply and is not shown.
-    """
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore",
-            message="The number of unique classes is greater than 50%",
-            category=UserWarning,
-        )
-        check_classification_targets(y)
 
 
 def _accepts_sample_weight(estimator):
@@ -503,7 +487,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if self.calibrator is None:
             self.calibrator_ = None
             X, y = self._check_logits(X, reset=True, y=y)
-            _check_targets(y)
+            check_logit_labels(y)
             sample_weight = check_sample_weight(sample_weight, X)
             self.classes_, y_codes = resolve_classes(y, X.shape[1], self.classes)
             proba, masked = self._probabilities_of_logits(X)
@@ -529,7 +513,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             y = np.asarray(to_numpy(y))
             if y.ndim == 2 and y.shape[1] == 1:
                 y = y[:, 0]
-            _check_targets(y)
+            check_logit_labels(y)
             self.classes_ = np.asarray(self.calibrator_.classes_)
             y_codes = self._encode(y)
             for name in ("n_features_in_", "feature_names_in_"):

@@ -132,8 +132,7 @@ def test_trusted_types_list_every_public_estimator():
     expected = {f"{cls.__module__}.{cls.__qualname__}" for cls in CALIBRATORS}
     expected.add("sklearn_calib._meta.CalibratedClassifier")
     # What a CalibratorSelector's scorer_ holds: the scorer class and the
-    # metric of each of the library's scorers (the set-size scorers wrap
-    # their metric in a function skops cannot find by name: left out).
+    # metric of each of the library's scorers.
     metrics = "sklearn_calib.metrics."
     expected.add(metrics + "_scorer._ClassesScorer")
     expected |= {
@@ -151,6 +150,8 @@ def test_trusted_types_list_every_public_estimator():
         metrics + "_proper.log_loss",
         metrics + "_selective.aurc",
         metrics + "_selective.excess_aurc",
+        metrics + "_scorer.mean_set_size_of_sets",
+        metrics + "_scorer.median_set_size_of_sets",
         metrics + "_sets.set_coverage",
         metrics + "_sets.worst_class_coverage",
         metrics + "_smooth.smooth_calibration_error",
@@ -655,3 +656,28 @@ def test_cuda_fit_predicts_the_same_in_a_process_without_cuda(tmp_path):
     if not cases:
         pytest.skip("no torch-backed calibrator")
     _load_in_cpu_only_process(cases, tmp_path)
+
+
+def test_skops_set_scorers_load_as_themselves():
+    # The prediction-set scorers: trusted by the list, their metric found
+    # again by name, and the loaded scorer gives the same score.
+    sio = pytest.importorskip("skops.io")
+    from sklearn_calib.conformal import ConformalClassifier
+    from sklearn_calib.metrics._scorer import _SCORERS
+
+    X, y = make_logits(n_samples=400, n_classes=4, seed=5)
+    conformal = ConformalClassifier(TemperatureScaling()).fit(X[:200], y[:200])
+    set_scorers = {
+        name: scorer
+        for name, scorer in _SCORERS.items()
+        if scorer._response_method == ["predict_set"]
+    }
+    assert len(set_scorers) == 4
+    for name, scorer in set_scorers.items():
+        data = sio.dumps(scorer)
+        assert set(sio.get_untrusted_types(data=data)) <= set(skops_trusted_types())
+        restored = sio.loads(data, trusted=skops_trusted_types())
+        assert restored._score_func is scorer._score_func, name
+        assert restored(conformal, X[200:], y[200:]) == scorer(
+            conformal, X[200:], y[200:]
+        ), name

@@ -5,6 +5,8 @@ Each case either works (and the numbers are checked) or raises a
 ValueError/TypeError naming the problem; predict_proba never returns NaN or inf.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -193,6 +195,23 @@ def test_ten_thousand_classes(calibrator):
         return
     proba = _fit_predict(calibrator, X, y)
     assert proba.shape == (n, k)
+
+
+def test_many_labels_on_few_samples_are_not_called_regression(calibrator):
+    # A language model's calibration set: more distinct labels than half the
+    # samples. The logits' columns make it classification; scikit-learn's
+    # "could represent a regression problem" warning must not reach the user.
+    skip_if_binary_only(calibrator)
+    rng = np.random.default_rng(1)
+    n, k = 60, 50
+    y = rng.permutation(np.arange(n) % k)
+    X = rng.normal(size=(n, k))
+    X[np.arange(n), y] += 3.0
+    calibrator.set_params(classes=np.arange(k))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        calibrator.fit(X, y)
+    assert not [w for w in caught if "regression problem" in str(w.message)]
 
 
 @pytest.mark.parametrize("magnitude", [1e150, 1e305])

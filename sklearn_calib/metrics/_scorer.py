@@ -161,21 +161,23 @@ def _set_scorer(metric, *, greater_is_better):
     )
 
 
-def _of_sets(size_metric):
-    """``size_metric(y_set)`` as a metric of ``(y_true, y_set)`` for a scorer."""
+# The size metrics as metrics of (y_true, y_set), the scorer's signature.
+# Module-level functions, so that skops finds them again by name when it
+# loads a CalibratorSelector that holds one of these scorers.
+def mean_set_size_of_sets(y_true, y_set, *, sample_weight=None, labels=None):
+    """:func:`mean_set_size` of ``y_set``; ``y_true`` and ``labels`` unused."""
+    return mean_set_size(y_set, sample_weight=sample_weight)
 
-    def metric(y_true, y_set, *, sample_weight=None, labels=None):
-        return size_metric(y_set, sample_weight=sample_weight)
 
-    metric.__name__ = metric.__qualname__ = size_metric.__name__
-    metric.__doc__ = size_metric.__doc__
-    return metric
+def median_set_size_of_sets(y_true, y_set, *, sample_weight=None, labels=None):
+    """:func:`median_set_size` of ``y_set``; ``y_true`` and ``labels`` unused."""
+    return median_set_size(y_set, sample_weight=sample_weight)
 
 
 set_coverage_scorer = _set_scorer(set_coverage, greater_is_better=True)
 worst_class_coverage_scorer = _set_scorer(worst_class_coverage, greater_is_better=True)
-neg_mean_set_size = _set_scorer(_of_sets(mean_set_size), greater_is_better=False)
-neg_median_set_size = _set_scorer(_of_sets(median_set_size), greater_is_better=False)
+neg_mean_set_size = _set_scorer(mean_set_size_of_sets, greater_is_better=False)
+neg_median_set_size = _set_scorer(median_set_size_of_sets, greater_is_better=False)
 
 _SCORERS = {
     "neg_expected_calibration_error": neg_expected_calibration_error,
