@@ -47,8 +47,11 @@ def top_label(logits):
 
 
 def apply_top_label(logits, new_confidence_of):
-    """Replace the top label's probability by ``new_confidence_of(p)``.
+    """Replace the top label's probability ``p`` by ``new_confidence_of(log(1 - p))``.
 
+    The map reads ``log(1 - p)``, the log of the other classes' total,
+    computed from the logits: near ``p = 1`` it keeps apart confidences that
+    float64 rounds to within an ulp of each other (or to 1).
     The other classes are rescaled by ``(1 - new) / (1 - p)`` in log space.
     ``new`` is floored just above the value at which the runner-up would tie
     with the top class (so the argmax stays) and capped at
@@ -57,7 +60,7 @@ def apply_top_label(logits, new_confidence_of):
     """
     log_p, top, log_old, log_rest, others, second = top_label(logits)
     rows = np.arange(log_p.shape[0])
-    new = new_confidence_of(np.exp(log_old))
+    new = new_confidence_of(log_rest)
     with np.errstate(invalid="ignore"):
         # p2 / (rest + p2), from the difference of logs (both may be huge).
         tie = expit(second - log_rest)
@@ -72,6 +75,31 @@ def apply_top_label(logits, new_confidence_of):
     return out
 
 
+def interpolate_in_confidence(log_complement, points, values):
+    """The table linear in ``p`` between its points, located by ``log(1 - p)``.
+
+    ``points`` are increasing values of ``log(1 - p)`` (so decreasing
+    confidences) and ``values`` the table there; beyond the ends the end
+    values hold. The segment is found by ``log(1 - p)``, which keeps apart
+    confidences that float64 rounds to within an ulp of each other near 1,
+    and the weight is the one of linear interpolation in ``p``,
+    ``(p - p0) / (p1 - p0) = expm1(u - u0) / expm1(u1 - u0)``, computed
+    without the cancellation of ``p - p0``.
+    """
+    log_complement = np.asarray(log_complement, dtype=np.float64)
+    n = points.shape[0]
+    if n == 1:
+        return np.full(log_complement.shape, values[0])
+    index = np.clip(np.searchsorted(points, log_complement, side="right"), 1, n - 1)
+    u0, u1 = points[index - 1], points[index]
+    with np.errstate(invalid="ignore"):
+        weight = np.expm1(log_complement - u0) / np.expm1(u1 - u0)
+    # NaN only for u = -inf (no other class), whose row keeps its p anyway.
+    weight = np.clip(np.nan_to_num(weight, nan=0.0), 0.0, 1.0)
+    v0 = values[index - 1]
+    return v0 + weight * (values[index] - v0)
+
+
 def _fractile_pieces(breaks, knots):
     """Sub-intervals of [0, 1] between every break and knot, and Gauss points."""
     edges = np.unique(np.concatenate([breaks, knots]))
@@ -82,13 +110,13 @@ def _fractile_pieces(breaks, knots):
     return points, weights
 
 
-def fit_spline_table(confidence, correct, weights, n_knots):
+def fit_spline_table(log_complement, correct, weights, n_knots):
     """The recalibration table of the spline method.
 
     Parameters
     ----------
-    confidence : ndarray of shape (n,)
-        Top-label confidences.
+    log_complement : ndarray of shape (n,)
+        ``log(1 - p)`` of the top-label confidences ``p``, finite.
     correct : ndarray of shape (n,)
         1.0 where the predicted class is the label.
     weights : ndarray of shape (n,), positive
@@ -96,17 +124,27 @@ def fit_spline_table(confidence, correct, weights, n_knots):
 
     Returns
     -------
+    u : ndarray of shape (k,)
+        The distinct values of ``log_complement``, decreasing (so their
+        confidences increase).
     x : ndarray of shape (k,)
-        The distinct calibration confidences, increasing.
+        Their confidences ``1 - exp(u)``, non-decreasing (float64 may round
+        neighbours near 1 to the same confidence).
     values : ndarray of shape (k,)
         Their recalibrated confidences (before any monotone projection).
     knot_values : ndarray of shape (n_knots,)
         The fitted spline at the knots.
+    mass : ndarray of shape (k,)
+        The weight of each point.
     """
     # Imported here: scipy.interpolate is slow to import, and only a fit needs it.
     from scipy.interpolate import CubicSpline
 
-    x, inverse = np.unique(confidence, return_inverse=True)
+    u, inverse = np.unique(log_complement, return_inverse=True)
+    # Increasing confidence is decreasing log(1 - p).
+    u = np.ascontiguousarray(u[::-1])
+    inverse = u.shape[0] - 1 - inverse.reshape(-1)
+    x = -np.expm1(u)
     mass = np.bincount(inverse, weights=weights, minlength=x.shape[0])
     hits = np.bincount(inverse, weights=weights * correct, minlength=x.shape[0])
     total = mass.sum()
@@ -128,7 +166,7 @@ def fit_spline_table(confidence, correct, weights, n_knots):
     # slope of the smoothed D over the group's fractile interval.
     smooth = basis(t) @ knot_values
     values = x + np.diff(smooth) / np.diff(t)
-    return x, values, knot_values, mass
+    return u, x, values, knot_values, mass
 
 
 class SplineCalibration(BaseCalibrator):
@@ -149,9 +187,11 @@ class SplineCalibration(BaseCalibrator):
 
     the confidence plus the smoothed gap between accuracy and confidence
     there. Between calibration confidences the map is linear; beyond them it
-    keeps its end values. The predicted class gets ``\hat p`` and the other
-    classes are rescaled by ``(1 - \hat p) / (1 - p)``, so the argmax and the
-    accuracy never change.
+    keeps its end values. The table's points are stored and located as
+    ``log(1 - p)``, computed from the logits, so that confidences near 1 that
+    float64 rounds within an ulp of each other (or to 1) stay distinct. The
+    predicted class gets ``\hat p`` and the other classes are rescaled by
+    ``(1 - \hat p) / (1 - p)``, so the argmax and the accuracy never change.
 
     The fit is the continuous least-squares projection of the piecewise-linear
     ``D`` (each sample occupies an interval of ``t`` as long as its weight) on
@@ -184,8 +224,12 @@ class SplineCalibration(BaseCalibrator):
 
     Attributes
     ----------
+    log_complements_ : ndarray of shape (n_points,)
+        The distinct values of ``log(1 - p)`` over the calibration set's
+        top-label confidences ``p``, decreasing: the table's points.
     confidences_ : ndarray of shape (n_points,)
-        The distinct top-label confidences of the calibration set, increasing.
+        Their confidences ``1 - exp(log_complements_)``, non-decreasing
+        (equal where float64 rounds neighbouring confidences alike).
     calibrated_ : ndarray of shape (n_points,)
         Their recalibrated confidences, in ``[0, 1]`` (non-decreasing when
         ``monotonic=True``).
@@ -257,34 +301,55 @@ class SplineCalibration(BaseCalibrator):
                 "SplineCalibration needs rows with at least two unmasked classes "
                 "and a positive weight; every row has a single finite logit."
             )
-        confidence = np.exp(log_old[keep])
         correct = (top[keep] == y[keep]).astype(np.float64)
-        x, values, knot_values, mass = fit_spline_table(
-            confidence, correct, sample_weight[keep], self.n_knots
+        u, x, values, knot_values, mass = fit_spline_table(
+            log_rest[keep], correct, sample_weight[keep], self.n_knots
         )
         if self.monotonic:
             values = isotonic_regression(values, sample_weight=mass)
+        self.log_complements_ = u
         self.confidences_ = x
         self.calibrated_ = np.clip(values, 0.0, 1.0)
         self.knot_values_ = knot_values
 
+    def __setstate__(self, state):
+        # Files of an earlier version hold a table in p only (strictly
+        # increasing confidences); 1 - p below float64's resolution (p = 1)
+        # becomes 2**-54.
+        if "confidences_" in state and "log_complements_" not in state:
+            x = np.asarray(state["confidences_"], dtype=np.float64)
+            with np.errstate(divide="ignore"):
+                u = np.log1p(-x)
+            state["log_complements_"] = np.maximum(u, np.log(2.0**-54))
+            state["confidences_"] = -np.expm1(state["log_complements_"])
+        super().__setstate__(state)
+
     def _check_fitted_state(self):
         super()._check_fitted_state()
-        x = check_state_array(self, "confidences_", ndim=1, low=0.0, high=1.0)
-        # np.interp needs increasing points; np.unique gives them strictly so.
-        if x.shape[0] < 1 or np.any(np.diff(x) <= 0):
+        u = check_state_array(self, "log_complements_", ndim=1, high=0.0)
+        # np.interp needs distinct points; np.unique gives them.
+        if u.shape[0] < 1 or np.any(np.diff(u) >= 0):
             fail_state(
-                self, "confidences_", "must be at least one increasing confidence"
+                self,
+                "log_complements_",
+                "must be at least one log(1 - p), strictly decreasing",
             )
+        x = check_state_array(self, "confidences_", shape=u.shape, low=0.0, high=1.0)
+        # To rounding: numpy's expm1 may differ by an ulp between memory
+        # layouts (vectorised or not).
+        if not np.allclose(x, -np.expm1(u), rtol=1e-12, atol=0.0):
+            fail_state(self, "confidences_", "must be 1 - exp(log_complements_)")
         values = check_state_array(
-            self, "calibrated_", shape=x.shape, low=0.0, high=1.0
+            self, "calibrated_", shape=u.shape, low=0.0, high=1.0
         )
         if self.monotonic and np.any(np.diff(values) < 0):
             fail_state(self, "calibrated_", "must be non-decreasing (monotonic=True)")
         check_state_array(self, "knot_values_", shape=(self.n_knots,), finite=True)
 
-    def _new_confidence(self, confidence):
-        return np.interp(confidence, self.confidences_, self.calibrated_)
+    def _new_confidence(self, log_complement):
+        return interpolate_in_confidence(
+            log_complement, self.log_complements_[::-1], self.calibrated_[::-1]
+        )
 
     def _calibrated_logits(self, logits):
         return apply_top_label(logits, self._new_confidence)
@@ -302,4 +367,8 @@ class SplineCalibration(BaseCalibrator):
         check_is_fitted(self)
         from ._torch._modules_extra import TopLabelTableModule
 
-        return TopLabelTableModule(self.confidences_, self.calibrated_, CONFIDENCE_CAP)
+        return TopLabelTableModule(
+            self.log_complements_[::-1].copy(),
+            self.calibrated_[::-1].copy(),
+            CONFIDENCE_CAP,
+        )

@@ -41,14 +41,6 @@ TOLERANCE = {
 }
 
 
-# The spline table's knots are the distinct calibration confidences, which
-# crowd to within an ulp of each other near 1 (c10_densenet40_guo has 488 such
-# pairs), with values up to 5e-5 apart: a confidence that numpy's and torch's
-# softmax round one ulp apart reads a neighbouring knot. The exported program
-# still equals the eager module to 1e-12.
-PREDICT_PROBA_TOLERANCE = {"SplineCalibration": {"rtol": 1e-3, "atol": 1e-7}}
-
-
 def _is_multiclass(cls):
     return get_tags(make_fast(cls)).classifier_tags.multi_class
 
@@ -116,16 +108,11 @@ def test_exported_program_equals_module_and_predict_proba(fitted, cls, layout, d
     with torch.no_grad():
         out = exported(torch.from_numpy(X)).numpy()
     proba = calibrator.predict_proba(X)
-    tolerance = PREDICT_PROBA_TOLERANCE.get(cls.__name__, TOLERANCE[dtype])
-    if dtype == "float32":
-        tolerance = TOLERANCE[dtype]
-    np.testing.assert_allclose(np.exp(out), proba, **tolerance)
+    np.testing.assert_allclose(np.exp(out), proba, **TOLERANCE[dtype])
     # log predict_proba wherever it is representable (not underflowed to 0);
     # float32 rounding of a probability near 1 shows as ~1e-7 in its log.
     shown = proba > np.finfo(np_dtype).tiny
     log_tolerance = {"rtol": 1e-4, "atol": 1e-5} if dtype == "float32" else {}
-    if cls.__name__ in PREDICT_PROBA_TOLERANCE and dtype == "float64":
-        log_tolerance = {"rtol": 1e-3, "atol": 1e-3}
     np.testing.assert_allclose(
         out[shown], np.log(proba[shown]), **(log_tolerance or TOLERANCE[dtype])
     )

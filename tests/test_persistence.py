@@ -323,6 +323,8 @@ STATE_EDITS = {
         ("intercept_", _set("intercept_", lambda a: a + np.inf)),
     ],
     "SplineCalibration": [
+        ("log_complements_", _set("log_complements_", lambda a: a[::-1])),
+        ("log_complements_", _set("log_complements_", lambda a: a + 1.0)),
         ("confidences_", _set("confidences_", lambda a: a[::-1])),
         ("confidences_", _set("confidences_", lambda a: a + 1.0)),
         ("calibrated_", _set("calibrated_", lambda a: a - 1.0)),

@@ -150,7 +150,10 @@ class TopLabelTableModule(nn.Module):
     The confidence ``p = max softmax(z)`` becomes ``g(p)`` (linear
     interpolation of the table, constant beyond its ends), floored where
     needed so that the predicted class stays on top; the other classes are
-    rescaled by ``(1 - g) / (1 - p)``, in log space.
+    rescaled by ``(1 - g) / (1 - p)``, in log space. The table's points ``x``
+    are increasing values of ``log(1 - p)``, the log of the other classes'
+    total, which keeps apart the confidences that float64 rounds together
+    near 1.
     """
 
     def __init__(self, x, values, cap: float):
@@ -172,7 +175,9 @@ class TopLabelTableModule(nn.Module):
         x1 = x[index]
         v0 = values[index - 1]
         v1 = values[index]
-        t = ((p - x0) / (x1 - x0)).clamp(0.0, 1.0)
+        # Linear in p = 1 - exp(u) between the points, without cancellation.
+        t = torch.expm1(p - x0) / torch.expm1(x1 - x0)
+        t = torch.nan_to_num(t, nan=0.0).clamp(0.0, 1.0)
         return v0 + t * (v1 - v0)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
@@ -181,11 +186,10 @@ class TopLabelTableModule(nn.Module):
         work = logits.to(torch.float64)
         log_p = torch.log_softmax(work, dim=-1)
         top = log_p.argmax(dim=-1, keepdim=True)
-        log_old = log_p.gather(-1, top)
         others = log_p.scatter(-1, top, float("-inf"))
         log_rest = torch.logsumexp(others, dim=-1, keepdim=True)
         log_second = others.amax(dim=-1, keepdim=True)
-        new = self._interpolate(log_old.exp().squeeze(-1)).unsqueeze(-1)
+        new = self._interpolate(log_rest.squeeze(-1)).unsqueeze(-1)
         # The tie point with the runner-up after rescaling, and a cap that
         # keeps the other classes' probabilities positive.
         tie = torch.sigmoid(log_second - log_rest)
