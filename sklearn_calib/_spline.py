@@ -75,6 +75,11 @@ def apply_top_label(logits, new_confidence_of):
     return out
 
 
+def _log_expm1(a):
+    """``log(expm1(a))`` for ``a >= 0``, without overflow: ``a + log(1 - exp(-a))``."""
+    return a + np.log(-np.expm1(-a))
+
+
 def interpolate_in_confidence(log_complement, points, values):
     """The table linear in ``p`` between its points, located by ``log(1 - p)``.
 
@@ -84,7 +89,7 @@ def interpolate_in_confidence(log_complement, points, values):
     confidences that float64 rounds to within an ulp of each other near 1,
     and the weight is the one of linear interpolation in ``p``,
     ``(p - p0) / (p1 - p0) = expm1(u - u0) / expm1(u1 - u0)``, computed
-    without the cancellation of ``p - p0``.
+    in logs, without the cancellation of ``p - p0`` or an overflow.
     """
     log_complement = np.asarray(log_complement, dtype=np.float64)
     n = points.shape[0]
@@ -92,10 +97,12 @@ def interpolate_in_confidence(log_complement, points, values):
         return np.full(log_complement.shape, values[0])
     index = np.clip(np.searchsorted(points, log_complement, side="right"), 1, n - 1)
     u0, u1 = points[index - 1], points[index]
-    with np.errstate(invalid="ignore"):
-        weight = np.expm1(log_complement - u0) / np.expm1(u1 - u0)
-    # NaN only for u = -inf (no other class), whose row keeps its p anyway.
-    weight = np.clip(np.nan_to_num(weight, nan=0.0), 0.0, 1.0)
+    # In logs: expm1 of a gap above ~709 overflows. Below the segment
+    # (u <= u0, also u = -inf: no other class) the weight is 0.
+    with np.errstate(invalid="ignore", divide="ignore"):
+        gap = log_complement - u0
+        weight = np.exp(_log_expm1(np.maximum(gap, 0.0)) - _log_expm1(u1 - u0))
+    weight = np.where(gap > 0, np.minimum(weight, 1.0), 0.0)
     v0 = values[index - 1]
     return v0 + weight * (values[index] - v0)
 

@@ -32,6 +32,13 @@ from .utils._compat import (
     check_is_fitted,
     validate_data,
 )
+from .utils._fitted_state import (
+    check_state_array,
+    check_state_classes,
+    check_state_int,
+    fail_state,
+    get_state,
+)
 from .utils._math import row_chunks
 from .utils._validation import (
     check_logit_labels,
@@ -156,9 +163,19 @@ class _SortedScores:
 
     def __init__(self, scores, weights):
         order = np.argsort(scores, kind="stable")
-        self.scores = scores[order]
-        self.cum_weights = np.cumsum(weights[order])
-        self.total = float(self.cum_weights[-1]) if len(scores) else 0.0
+        self._set(scores[order], np.cumsum(weights[order]))
+
+    @classmethod
+    def from_sorted(cls, scores, cum_weights):
+        """The group of already sorted scores and their cumulative weights."""
+        group = cls.__new__(cls)
+        group._set(scores, cum_weights)
+        return group
+
+    def _set(self, scores, cum_weights):
+        self.scores = scores
+        self.cum_weights = cum_weights
+        self.total = float(cum_weights[-1]) if len(scores) else 0.0
 
     def quantile(self, confidence_level):
         """The finite-sample conformal quantile, ``inf`` when too few samples.
@@ -688,6 +705,124 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if self.calibrator_ is not None:
             return self.calibrator_.predict(X)
         return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+
+    # -- persistence -----------------------------------------------------------
+
+    def __getstate__(self):
+        # The calibration scores per group as plain arrays, so that skops
+        # saves them as data (it would need to trust a private class).
+        # A copy: object.__getstate__ may return the instance's own __dict__.
+        state = dict(super().__getstate__())
+        groups = state.pop("_groups", None)
+        if groups is not None:
+            state["_group_scores"] = [g.scores for g in groups]
+            state["_group_cum_weights"] = [g.cum_weights for g in groups]
+        return state
+
+    def __setstate__(self, state):
+        state = dict(state)
+        groups = state.pop("_groups", None)
+        if groups is not None:  # a pickle of an earlier version
+            state["_group_scores"] = [g.scores for g in groups]
+            state["_group_cum_weights"] = [g.cum_weights for g in groups]
+        scores = state.pop("_group_scores", None)
+        cum_weights = state.pop("_group_cum_weights", None)
+        super().__setstate__(state)
+        # Only a fitted state is checked (an unfitted one has no classes_).
+        if "classes_" in state:
+            self._groups = self._checked_groups(scores, cum_weights)
+            self._check_fitted_state()
+
+    def _checked_groups(self, scores, cum_weights):
+        """The stored calibration groups, or a ValueError naming what is wrong."""
+        name = "_group_scores"
+        if not isinstance(scores, list) or not isinstance(cum_weights, list):
+            fail_state(self, name, "must be lists of arrays, one per group")
+        if len(scores) != len(cum_weights) or not scores:
+            fail_state(self, name, "must pair each group with its cumulative weights")
+        groups = []
+        for k, (s, w) in enumerate(zip(scores, cum_weights, strict=True)):
+            s = check_state_array(self, f"{name}[{k}]", value=s, ndim=1, numeric=True)
+            w = check_state_array(
+                self,
+                f"_group_cum_weights[{k}]",
+                value=w,
+                shape=s.shape,
+                finite=True,
+                low=0.0,
+            )
+            # Sorted scores (inf for a masked true class last), rising weights:
+            # a quantile read by searchsorted relies on both.
+            if np.isnan(s).any() or np.any(np.diff(s) < 0):
+                fail_state(self, f"{name}[{k}]", "must be sorted, without NaN")
+            if np.any(np.diff(w) < 0):
+                fail_state(self, f"_group_cum_weights[{k}]", "must be non-decreasing")
+            groups.append(_SortedScores.from_sorted(s, w))
+        return groups
+
+    def _check_fitted_state(self):
+        self._validate_params()
+        n_classes = check_state_classes(self)
+        if hasattr(self, "n_features_in_"):  # a calibrator may not record it
+            check_state_int(self, "n_features_in_", low=1)
+        conditional = get_state(self, "_conditional")
+        n_groups = {"marginal": 1, "class": n_classes}.get(conditional)
+        if n_groups is None:
+            fail_state(
+                self,
+                "_conditional",
+                f"must be 'marginal' or 'class', got {conditional!r}",
+            )
+        if len(self._groups) != n_groups:
+            fail_state(
+                self,
+                "_group_scores",
+                f"must hold {n_groups} group(s) for conditional={conditional!r}, "
+                f"got {len(self._groups)}",
+            )
+        scoring = get_state(self, "_scoring")
+        if not isinstance(scoring, dict) or set(scoring) != set(self._scoring_params()):
+            fail_state(self, "_scoring", "must hold the score function's parameters")
+        if scoring["conformity_score"] not in CONFORMITY_SCORES:
+            fail_state(
+                self, "_scoring", f"names no score: {scoring['conformity_score']!r}"
+            )
+        for key in ("raps_penalty", "raps_k_reg", "saps_weight"):
+            value = scoring[key]
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, Real)
+                or not (math.isfinite(value) and value >= 0)
+            ):
+                fail_state(
+                    self, "_scoring", f"{key} must be a number >= 0, got {value!r}"
+                )
+        randomized = get_state(self, "_randomized")
+        if not isinstance(randomized, (bool, np.bool_)):
+            fail_state(self, "_randomized", f"must be a bool, got {randomized!r}")
+        if randomized:
+            check_state_int(self, "_prediction_seed")
+        check_state_array(self, "conformity_scores_", ndim=1, numeric=True)
+        if np.isnan(self.conformity_scores_).any():
+            fail_state(self, "conformity_scores_", "contains NaN")
+        # The thresholds follow from the stored scores: one edited apart from
+        # them is refused rather than shown.
+        expected = self._thresholds(self.confidence_level, warn=False)
+        quantile = get_state(self, "quantile_")
+        if not np.array_equal(np.asarray(quantile), np.asarray(expected)):
+            fail_state(
+                self,
+                "quantile_",
+                "must be the quantile of the stored calibration scores",
+            )
+        if self.calibrator_ is not None:
+            classes = getattr(self.calibrator_, "classes_", None)
+            if classes is None or not np.array_equal(
+                np.asarray(classes), self.classes_
+            ):
+                fail_state(
+                    self, "calibrator_", "must be fitted on the classes in classes_"
+                )
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

@@ -131,6 +131,7 @@ def test_trusted_types_list_every_public_estimator():
     trusted = skops_trusted_types()
     expected = {f"{cls.__module__}.{cls.__qualname__}" for cls in CALIBRATORS}
     expected.add("sklearn_calib._meta.CalibratedClassifier")
+    expected.add("sklearn_calib.conformal.ConformalClassifier")
     # What a CalibratorSelector's scorer_ holds: the scorer class and the
     # metric of each of the library's scorers.
     metrics = "sklearn_calib.metrics."
@@ -683,3 +684,103 @@ def test_skops_set_scorers_load_as_themselves():
         assert restored(conformal, X[200:], y[200:]) == scorer(
             conformal, X[200:], y[200:]
         ), name
+
+
+# --- ConformalClassifier --------------------------------------------------------
+
+
+def _conformal_cases():
+    from sklearn_calib.conformal import ConformalClassifier
+
+    X, y = make_logits(n_samples=500, n_classes=4, seed=11)
+    return [
+        (ConformalClassifier(), X, y),
+        (ConformalClassifier(conformity_score="aps", randomized=True), X, y),
+        (ConformalClassifier(TemperatureScaling(), conditional="class"), X, y),
+    ]
+
+
+@pytest.mark.parametrize("fmt", sorted(ROUND_TRIPS))
+def test_conformal_classifier_round_trip_gives_the_same_sets(fmt):
+    for estimator, X, y in _conformal_cases():
+        estimator.fit(X[:300], y[:300])
+        restored = ROUND_TRIPS[fmt](estimator)
+        for level in (None, 0.8):
+            np.testing.assert_array_equal(
+                restored.predict_set(X[300:], level),
+                estimator.predict_set(X[300:], level),
+            )
+        np.testing.assert_array_equal(restored.quantile_, estimator.quantile_)
+
+
+def _shift_scores(state):
+    state["_group_scores"] = [s[::-1] for s in state["_group_scores"]]
+
+
+def _conformal_edits():
+    def set_state(name, value):
+        def edit(state):
+            state[name] = value(state[name]) if callable(value) else value
+
+        return edit
+
+    return [
+        ("quantile_", set_state("quantile_", lambda q: q * 0.5)),  # smaller sets
+        ("_group_scores", _shift_scores),  # unsorted
+        ("_group_scores", set_state("_group_scores", lambda g: g * 2)),  # 2 groups
+        (
+            "_group_cum_weights",
+            set_state("_group_cum_weights", lambda g: [-w for w in g]),
+        ),
+        ("_conditional", set_state("_conditional", "global")),
+        ("_scoring", set_state("_scoring", lambda d: {**d, "conformity_score": "x"})),
+        ("conformity_scores_", set_state("conformity_scores_", lambda a: a * np.nan)),
+        ("classes_", set_state("classes_", lambda a: a[:1])),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "skops"])
+def test_conformal_classifier_edited_state_is_refused_by_name(fmt):
+    import copy
+
+    estimator, X, y = _conformal_cases()[0]
+    estimator.fit(X, y)
+    for attribute, edit in _conformal_edits():
+        state = estimator.__getstate__()
+        edit(state)
+        edited = copy.copy(estimator)  # a shallow copy: setstate is not called
+        edited.__dict__ = state  # the groups as saved: plain arrays
+        data = pickle.dumps(edited) if fmt == "pickle" else None
+        match = rf"Fitted attribute {re.escape(attribute)}"
+        with pytest.raises(ValueError, match=match):
+            if fmt == "pickle":
+                pickle.loads(data)
+            else:
+                _skops_round_trip(edited)
+
+
+def test_grid_search_over_conformal_sets_loads_with_skops():
+    # The documented way to tune prediction sets: GridSearchCV with a set
+    # scorer. Its file holds the library's types (all in the trusted list)
+    # and scikit-learn's own splitter, which skops leaves to the caller.
+    sio = pytest.importorskip("skops.io")
+    from sklearn.model_selection import GridSearchCV
+
+    from sklearn_calib.conformal import ConformalClassifier
+    from sklearn_calib.metrics import get_scorer
+
+    X, y = make_logits(n_samples=600, n_classes=4, seed=1)
+    search = GridSearchCV(
+        ConformalClassifier(),
+        {"conformity_score": ["lac", "aps"]},
+        scoring=get_scorer("neg_mean_set_size"),
+        cv=3,
+    ).fit(X, y)
+    data = sio.dumps(search)
+    untrusted = set(sio.get_untrusted_types(data=data)) - set(skops_trusted_types())
+    assert untrusted == {"sklearn.model_selection._split.StratifiedKFold"}
+    restored = sio.loads(data, trusted=skops_trusted_types() + sorted(untrusted))
+    np.testing.assert_array_equal(
+        restored.best_estimator_.predict_set(X), search.best_estimator_.predict_set(X)
+    )
+    assert restored.score(X, y) == search.score(X, y)

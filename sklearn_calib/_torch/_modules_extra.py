@@ -175,9 +175,16 @@ class TopLabelTableModule(nn.Module):
         x1 = x[index]
         v0 = values[index - 1]
         v1 = values[index]
-        # Linear in p = 1 - exp(u) between the points, without cancellation.
-        t = torch.expm1(p - x0) / torch.expm1(x1 - x0)
-        t = torch.nan_to_num(t, nan=0.0).clamp(0.0, 1.0)
+        # Linear in p = 1 - exp(u) between the points, expm1(u - u0) /
+        # expm1(u1 - u0) in logs: no cancellation, no overflow. Below the
+        # segment (u <= u0, also u = -inf: no other class) the weight is 0.
+        gap = p - x0
+        positive = gap.clamp(min=0.0)
+        span = x1 - x0
+        log_ratio = (positive + torch.log(-torch.expm1(-positive))) - (
+            span + torch.log(-torch.expm1(-span))
+        )
+        t = torch.where(gap > 0, torch.exp(log_ratio).clamp(max=1.0), 0.0)
         return v0 + t * (v1 - v0)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:

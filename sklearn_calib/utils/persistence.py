@@ -53,7 +53,8 @@ def skops_trusted_types():
     skops refuses to load a type it does not trust. scikit-learn's estimators
     and numpy's arrays are trusted by default; the estimators of this library
     are not, so pass this list as ``trusted``. It is built from the public
-    API, so it covers every calibrator and :class:`~sklearn_calib.CalibratedClassifier`,
+    API, so it covers every calibrator, :class:`~sklearn_calib.CalibratedClassifier`
+    and :class:`~sklearn_calib.conformal.ConformalClassifier`,
     and from the scorer table of :func:`sklearn_calib.metrics.get_scorer`:
     the scorer class and metric functions of the library's named scorers,
     which a fitted :class:`~sklearn_calib.CalibratorSelector` holds as
@@ -100,10 +101,13 @@ def skops_trusted_types():
     from sklearn.base import BaseEstimator
 
     import sklearn_calib
+    from sklearn_calib import conformal
 
     trusted = _scorer_types()
-    for name in sklearn_calib.__all__:
-        obj = getattr(sklearn_calib, name)
+    public = [getattr(sklearn_calib, name) for name in sklearn_calib.__all__]
+    public += [getattr(conformal, name) for name in conformal.__all__]
+    for obj in public:
+        name = getattr(obj, "__name__", "")
         # Base classes are never fitted, so never saved.
         if (
             inspect.isclass(obj)
