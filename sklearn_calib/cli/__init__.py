@@ -2,10 +2,11 @@
 
 Three commands, each a thin layer over the public API:
 
-- ``report [FILE]``: fit every calibrator (or ``--methods``) on the val part of
-  a logits file (by default the bundled CIFAR-100 set), score them on the test
-  part (or by cross-validation when the file holds one split) and print a
-  table; ``--out DIR`` adds reliability diagrams and a self-contained HTML page.
+- ``report [FILE]`` (or ``--logits FILE``): fit every calibrator (or
+  ``--methods``) on the val part of a logits file (by default the bundled
+  CIFAR-100 set), score them on the test part (or by cross-validation when
+  the file holds one split) and print a table; ``--out DIR`` adds
+  reliability diagrams and a self-contained HTML page.
 - ``fit --method NAME --logits FILE [--labels FILE] -o calibrator.skops``.
 - ``apply calibrator.skops --logits FILE -o probs.npy``.
 
@@ -144,6 +145,12 @@ def build_parser():
     )
     report.add_argument(
         "file", nargs="?", metavar="FILE", help="logits file, or folder of chunks"
+    )
+    report.add_argument(
+        "--logits",
+        dest="logits_file",
+        metavar="FILE",
+        help="the same as FILE (the option fit and apply take)",
     )
     report.add_argument("--labels", metavar="FILE", help="labels of a one-split FILE")
     report.add_argument(

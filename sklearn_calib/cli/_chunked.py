@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import CommandError, first_line
+from ._common import CommandError, first_line, warning_lines
 from ._io import LABEL_KEYS
 from ._tables import COLUMNS, Progress
 
@@ -314,10 +314,7 @@ def chunked_row(name, cls, splits, args):
         except Exception as exc:  # noqa: BLE001
             # As in memory: one method's failure is its row's reason.
             return {"method": name, **empty, "note": f"failed: {failure_reason(exc)}"}
-    for w in caught:
-        text = f"{w.category.__name__}: {first_line(w.message)}"
-        if text not in row_notes:
-            row_notes.append(text)
+    row_notes += warning_lines(caught)
     return {
         "method": name,
         **scores,

@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 
 from . import _chunked
-from ._common import EXIT_OK, CommandError, first_line
+from ._common import EXIT_OK, CommandError, first_line, warning_lines
 from ._data import Split, read_logits_only, read_splits
 from ._evaluation import (
     encode_labels,
@@ -102,10 +102,8 @@ def run_fit(args, out=None):
             if progress is not None:
                 progress.close()
     elapsed = time.perf_counter() - started
-    for w in caught:
-        print(
-            f"warning: {w.category.__name__}: {first_line(w.message)}", file=sys.stderr
-        )
+    for line in warning_lines(caught):
+        print(f"warning: {line}", file=sys.stderr)
     with atomic_writer(output) as handle:
         sio.dump(estimator, handle)
     n, k = shape
@@ -258,6 +256,11 @@ def report_data(args):
 
 def run_report(args, out=None):
     """``report``: fit the methods, score them and print (and write) the table."""
+    logits_file = getattr(args, "logits_file", None)
+    if logits_file is not None:
+        if args.file is not None:
+            raise CommandError("give the logits as FILE or as --logits, not both")
+        args.file = logits_file
     out = out if out is not None else sys.stdout
     if args.n_bins < 1:
         raise CommandError(f"--n-bins must be a positive integer, got {args.n_bins}")

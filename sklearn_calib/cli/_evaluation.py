@@ -6,7 +6,7 @@ import warnings
 import numpy as np
 
 from . import _methods
-from ._common import CommandError, first_line
+from ._common import CommandError, first_line, warning_lines
 from ._tables import COLUMNS
 
 
@@ -101,10 +101,7 @@ def run_method(name, cls, splits, y_codes, args):
                 **empty,
                 "note": f"failed: {failure_reason(exc)}",
             }, None
-    for w in caught:
-        text = f"{w.category.__name__}: {first_line(w.message)}"
-        if text not in row_notes:
-            row_notes.append(text)
+    row_notes += warning_lines(caught)
     return {"method": name, **scores, "note": "; ".join(row_notes)}, proba
 
 

@@ -339,6 +339,44 @@ def test_file_and_dataset_are_exclusive(capsys, npz_two_splits):
     )
 
 
+def test_logits_option_is_the_file_argument(capsys, npz_two_splits):
+    # fit and apply take --logits FILE; report takes it too, as FILE.
+    args = ["--methods", "TemperatureScaling", "--seed", "1"]
+    by_option = report_json(capsys, "--logits", npz_two_splits, *args)
+    by_position = report_json(capsys, npz_two_splits, *args)
+    for row in (by_option, by_position):
+        for result in row["results"]:
+            result.pop("fit_time_s", None)
+    assert by_option["results"] == by_position["results"]
+    assert_usage_error(
+        capsys,
+        ["report", npz_two_splits, "--logits", npz_two_splits],
+        "FILE or as --logits, not both",
+    )
+
+
+def test_repeated_warnings_are_counted_not_listed():
+    # A cross-validated selector repeats a candidate's warning once per split
+    # with other numbers: one line, with the count of its repeats.
+    from warnings import WarningMessage
+
+    from sklearn_calib.cli._common import warning_lines
+
+    caught = [
+        WarningMessage(f"T was clamped to {t} after 12 steps", UserWarning, "f", 1)
+        for t in (0.5, 0.25, 1e-3)
+    ]
+    caught += [
+        WarningMessage("another kind", RuntimeWarning, "f", 1),
+        WarningMessage("T was clamped to 2", RuntimeWarning, "f", 1),
+    ]
+    assert warning_lines(caught) == [
+        "UserWarning: T was clamped to 0.5 after 12 steps (and 2 more like it)",
+        "RuntimeWarning: another kind",
+        "RuntimeWarning: T was clamped to 2",
+    ]
+
+
 def test_unknown_bundled_set(capsys):
     assert_usage_error(
         capsys,
