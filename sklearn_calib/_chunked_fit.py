@@ -201,15 +201,20 @@ class ChunkedData:
             if dtypes == {np.dtype(np.float32)}
             else (np.dtype(np.float64))
         )
-        classes, _ = resolve_classes(scan["labels"], self.n_cols)
+        # The estimator's classes= states the label of each column (in column
+        # order, not necessarily sorted) where the labels cannot say it.
+        classes, _ = resolve_classes(
+            scan["labels"], self.n_cols, getattr(estimator, "classes", None)
+        )
         self.classes = classes
+        self.label_codes = _LabelCodes(classes)
         self.n_classes = 2 if self.n_cols == 1 else self.n_cols
         self.total_weight = float(scan["label_weight"].sum())
         if not self.total_weight > 0:
             raise ValueError("sample_weight is zero for every sample; nothing to fit.")
         # Weight of each class, in the order of classes.
         class_weight = np.zeros(classes.shape[0])
-        where = np.searchsorted(classes, scan["labels"])
+        where = self.label_codes(scan["labels"])
         class_weight[where] = scan["label_weight"]
         self.class_weight = class_weight
         # Weight of each class over the rows without a masked entry, and of
@@ -233,31 +238,42 @@ class ChunkedData:
     def reduce(self, func, combine=None):
         """Reduce ``func(logits, codes, weights)`` over validated, encoded chunks."""
         task = functools.partial(
-            _encoded_call, func=func, classes=self.classes, dtype=self.dtype
+            _encoded_call, func=func, label_codes=self.label_codes, dtype=self.dtype
         )
         if combine is None:
             return self.source.reduce(task)
         return self.source.reduce(task, combine)
 
     def encode(self, X, y, w):
-        return _encode_chunk(X, y, w, self.classes, self.dtype)
+        return _encode_chunk(X, y, w, self.label_codes, self.dtype)
 
     def gather(self, rows):
         return self.encode(*self.source.gather(rows))
 
 
-def _encode_chunk(X, y, w, classes, dtype):
+class _LabelCodes:
+    """Labels to column indices, for classes in column order (sorted or not)."""
+
+    def __init__(self, classes):
+        self.order = np.argsort(classes, kind="stable")
+        self.sorted = np.asarray(classes)[self.order]
+
+    def __call__(self, labels):
+        return self.order[np.searchsorted(self.sorted, labels)].astype(np.intp)
+
+
+def _encode_chunk(X, y, w, label_codes, dtype):
     X, y, w = _chunk_arrays(X, y, w)
     logits = X.astype(dtype, copy=False)
     if logits.shape[1] == 1:
         logits = np.hstack([np.zeros_like(logits), logits])
-    codes = np.searchsorted(classes, y).astype(np.intp)
+    codes = label_codes(y)
     weights = np.ones(X.shape[0]) if w is None else w
     return logits, codes, weights
 
 
-def _encoded_call(X, y, w, *, func, classes, dtype):
-    return func(*_encode_chunk(X, y, w, classes, dtype))
+def _encoded_call(X, y, w, *, func, label_codes, dtype):
+    return func(*_encode_chunk(X, y, w, label_codes, dtype))
 
 
 def _check_true_class_open(logits, codes, weights):
@@ -569,18 +585,84 @@ class _AffineChunkedFit:
         self.solver = newton.solver
 
 
+def _separation_extremes(logits, codes, weights):
+    """Per class: the extremes of its logit on its own rows and on the others.
+
+    ``(own_min, own_max, other_min, other_max)`` concatenated, over rows of
+    positive weight, masked entries left out; combined by min and max.
+    """
+    k = logits.shape[1]
+    counted = weights > 0
+    x = np.asarray(logits[counted], dtype=np.float64)
+    y = codes[counted]
+    extremes = np.concatenate([np.full(k, np.inf), np.full(k, -np.inf)] * 2)
+    if not y.shape[0]:
+        return extremes
+    rows = np.arange(y.shape[0])
+    true = x[rows, y]
+    np.minimum.at(extremes[:k], y, true)
+    np.maximum.at(extremes[k : 2 * k], y, true)
+    masked = np.isneginf(x)
+    x[rows, y] = -np.inf  # masked entries are -inf already
+    extremes[3 * k :] = x.max(axis=0)
+    x[masked] = np.inf
+    x[rows, y] = np.inf
+    extremes[2 * k : 3 * k] = x.min(axis=0)
+    return extremes
+
+
+def _combine_extremes(a, b):
+    k = a.shape[0] // 4
+    return np.concatenate(
+        [np.minimum(a[:k], b[:k]), np.maximum(a[k : 2 * k], b[k : 2 * k])]
+        + [np.minimum(a[2 * k : 3 * k], b[2 * k : 3 * k])]
+        + [np.maximum(a[3 * k :], b[3 * k :])]
+    )
+
+
+def _unidentified_classes(data):
+    """Classes whose vector-scaling (w_k, b_k) have no finite optimum.
+
+    The rule of the in-memory solver, from one pass of per-class extremes:
+    absent (no sample of positive weight), or separable (a threshold on the
+    class's own logit puts its rows on one side and every other row on the
+    other, unless all of them are equal, or no other row sees the class).
+    Returns (absent, separable), boolean arrays of shape (n_classes,).
+    """
+    extremes = data.reduce(_separation_extremes, _combine_extremes)
+    own_min, own_max, other_min, other_max = np.split(extremes, 4)
+    has_own = own_min < np.inf
+    has_other = other_max > -np.inf
+    varies = np.maximum(own_max, other_max) > np.minimum(own_min, other_min)
+    threshold = (other_max <= own_min) | (own_max <= other_min)
+    separable = has_own & (~has_other | (threshold & varies))
+    return ~has_own, separable
+
+
 def _fit_vector(estimator, data):
     check_device(estimator.device)
     n_classes = data.n_classes
     start = fit_temperature_chunks(data)
     theta = np.concatenate([np.full(n_classes, start.beta), np.zeros(n_classes)])
+    # A class without a calibration sample, or one that its own logit
+    # separates, has no finite scale and bias (the NLL keeps falling along a
+    # ray): as in memory, it keeps the temperature map, and the solve runs
+    # over the other classes' parameters.
+    absent, separable = _unidentified_classes(data)
+    frozen = absent | separable
+    if frozen.all():
+        frozen[:] = False  # nothing to solve for: the rays, as before
+    free_classes = np.flatnonzero(~frozen)
+    free = np.concatenate([free_classes, n_classes + free_classes])
 
-    def evaluate(theta, hessian):
+    def evaluate(theta_free, hessian):
+        full = theta.copy()
+        full[free] = theta_free
         sums = data.reduce(
             functools.partial(
                 _vector_sums,
-                coef=theta[:n_classes],
-                intercept=theta[n_classes:],
+                coef=full[:n_classes],
+                intercept=full[n_classes:],
                 hessian=hessian,
             )
         )
@@ -589,14 +671,21 @@ def _fit_vector(estimator, data):
         hess = None
         if hessian:
             hess = sums[2 + 2 * n_classes :].reshape(2 * n_classes, -1) / total
-        return sums[1] / total, grad, hess
+            hess = hess[np.ix_(free, free)]
+        return sums[1] / total, grad[free], hess
 
+    n_free = free_classes.shape[0]
+    # The Hessian pass costs (2K)^2 per row whatever is frozen.
     if 2 * n_classes <= _NEWTON_PARAMS:
-        gauge = np.concatenate([np.zeros(n_classes), np.ones(n_classes)])
-        gauge /= np.sqrt(n_classes)
+        gauge = None
+        if not frozen.any():
+            # Adding a constant to every bias changes nothing, unless some
+            # biases are held fixed.
+            gauge = np.concatenate([np.zeros(n_free), np.ones(n_free)])
+            gauge /= np.sqrt(n_free)
         result = _newton_over_chunks(
             evaluate,
-            theta,
+            theta[free],
             tol=estimator.tol,
             max_iter=estimator.max_iter,
             gauge=gauge,
@@ -613,16 +702,20 @@ def _fit_vector(estimator, data):
         blocks = blocks[2 + 2 * n_classes :].reshape(3, n_classes) / blocks[0]
         result = _lbfgs_over_chunks(
             evaluate,
-            theta,
+            theta[free],
             tol=estimator.tol,
             max_iter=estimator.max_iter,
-            preconditioner=_block_preconditioner(blocks, n_classes),
+            preconditioner=_block_preconditioner(blocks[:, free_classes], n_free),
         )
-    coef = result.theta[:n_classes].copy()
-    intercept = result.theta[n_classes:] - result.theta[n_classes:].mean()
-    estimator._check_affine_result(
-        _AffineChunkedFit(coef, intercept, result), n_classes=len(intercept)
-    )
+    fitted = theta.copy()
+    fitted[free] = result.theta
+    coef = fitted[:n_classes].copy()
+    intercept = fitted[n_classes:] - fitted[n_classes:].mean()
+    summary = _AffineChunkedFit(coef, intercept, result)
+    summary.n_absent = int((absent & frozen).sum())
+    summary.n_separable = int((separable & frozen).sum())
+    summary.start = start.beta
+    estimator._check_affine_result(summary, n_classes=len(intercept))
     estimator.coef_ = coef
     estimator.intercept_ = intercept
     return estimator

@@ -6,6 +6,7 @@ binning bin for bin. SMART trains by mini-batches; with one chunk it is the
 full-batch fit.
 """
 
+import re
 import subprocess
 import sys
 import warnings
@@ -275,6 +276,75 @@ def test_string_labels_and_classes_missing_from_chunks():
     expected = TemperatureScaling(device="cpu").fit(X, names)
     np.testing.assert_array_equal(fitted.classes_, ["ant", "bee", "cow"])
     assert relative(fitted.temperature_, expected.temperature_) <= 1e-10
+
+
+@pytest.mark.parametrize(
+    "cls, classes",
+    [
+        (TemperatureScaling, np.arange(6)),  # 0-based, label 0 absent
+        (VectorScaling, np.arange(1, 7)),  # 1-based, the last label absent
+        (HistogramBinning, np.array(["f", "e", "d", "c", "b", "a"])),  # unsorted
+    ],
+)
+def test_classes_parameter_states_the_columns_from_chunks(cls, classes):
+    # The labels cannot say which column is which (the first or last class is
+    # absent): classes= says it, from chunks as in memory.
+    X, y = toy_logits(n_samples=900, n_classes=6, seed=9)
+    keep = y != (0 if classes[0] == 0 else 5)
+    X, labels = X[keep], classes[y[keep]]
+    with pytest.raises(ValueError, match="ambiguous|classes="):
+        if classes.dtype.kind != "U":
+            cls(device="cpu").fit_chunks(random_chunks(X, labels))
+        else:
+            raise ValueError("string labels lacking a class: classes= needed")
+    params = {"device": "cpu"} if "device" in cls().get_params() else {}
+    fitted = cls(classes=classes, **params).fit_chunks(random_chunks(X, labels))
+    expected = cls(classes=classes, **params).fit(X, labels)
+    np.testing.assert_array_equal(fitted.classes_, classes)
+    if cls is not VectorScaling:
+        np.testing.assert_allclose(
+            fitted.predict_proba(X), expected.predict_proba(X), rtol=1e-9
+        )
+        return
+    # The absent class keeps the temperature map in both fits, but the other
+    # classes' common bias then has no finite optimum (raising it keeps
+    # lowering the absent class's probability): both solvers follow that ray
+    # to their tolerance, where the absent class's probabilities (below 2e-5)
+    # differ; the losses agree.
+    losses = [
+        log_loss(labels, model.predict_proba(X), labels=classes)
+        for model in (fitted, expected)
+    ]
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X), expected.predict_proba(X), atol=1e-4
+    )
+
+
+def test_vector_scaling_from_chunks_freezes_classes_as_in_memory():
+    # Many classes, few samples (a vocabulary): most classes are absent or
+    # separated by their own logit. The chunked fit finds the same classes,
+    # keeps them at the temperature map with the same warning, and gives the
+    # in-memory probabilities instead of following their rays.
+    rng = np.random.default_rng(4)
+    n, k = 300, 200
+    y = rng.integers(0, k, size=n)
+    X = rng.normal(size=(n, k))
+    X[np.arange(n), y] += 3.0
+    params = {"device": "cpu", "classes": np.arange(k)}
+    with pytest.warns(UserWarning, match="no finite scale and bias") as memory:
+        expected = VectorScaling(**params).fit(X, y)
+    with pytest.warns(UserWarning, match="no finite scale and bias") as chunks:
+        fitted = VectorScaling(**params).fit_chunks(random_chunks(X, y))
+    counts = [
+        re.search(r"\((\d+) have no .*?, (\d+) are", str(w[0].message))
+        for w in (memory, chunks)
+    ]
+    assert counts[0].groups() == counts[1].groups()
+    assert int(counts[0].group(1)) > 0 and int(counts[0].group(2)) > 0
+    np.testing.assert_allclose(
+        fitted.predict_proba(X), expected.predict_proba(X), atol=1e-4
+    )
 
 
 def test_chunk_errors():

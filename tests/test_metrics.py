@@ -830,6 +830,20 @@ def test_calibration_report_covers_every_metric():
     assert not missing, f"metrics without a calibration_report column: {missing}"
 
 
+@pytest.mark.parametrize("labels", [[1, 2, 3, 4], ["a", "b", "c", "d"]])
+def test_calibration_report_with_labels_of_a_sample_that_lacks_some(labels):
+    # 1-based labels (or names) of which the sample lacks the first: stated
+    # by labels=, every metric of the report equals the metric called alone.
+    rng = np.random.default_rng(3)
+    proba = rng.dirichlet(np.ones(4), size=300)
+    y = np.asarray(labels)[rng.integers(1, 4, size=300)]
+    report = calibration_report(
+        y, proba, labels=labels, metrics=list(REPORT_METRICS), as_frame=False
+    )["model"]
+    for name, (metric, _) in REPORT_METRICS.items():
+        assert report[name] == pytest.approx(metric(y, proba, labels=labels), rel=1e-12)
+
+
 def test_calibration_report_dict_and_defaults():
     proba, y = make_probabilities(n_samples=200, n_classes=3, seed=1)
     report = calibration_report(y, {"a": proba, "b": proba[:, ::-1]}, as_frame=False)

@@ -114,6 +114,17 @@ def _add_overwrite(parser, what):
     )
 
 
+def _add_classes(parser):
+    parser.add_argument(
+        "--classes",
+        metavar="SPEC",
+        help="the label of each logit column, where the labels cannot say it "
+        "(a split that lacks label 0 or the last label, as a large vocabulary's "
+        "does): 'index' (column i holds label i), '1-based' (label i + 1), or "
+        "A,B,... (one label per column)",
+    )
+
+
 def build_parser():
     """The ``argparse`` parser of the command line."""
     from .. import __version__
@@ -153,6 +164,7 @@ def build_parser():
         help="the same as FILE (the option fit and apply take)",
     )
     report.add_argument("--labels", metavar="FILE", help="labels of a one-split FILE")
+    _add_classes(report)
     report.add_argument(
         "--dataset", metavar="NAME", help="a bundled set instead of FILE"
     )
@@ -206,6 +218,7 @@ def build_parser():
         help="logits file, or folder of chunks / zarr store",
     )
     fit.add_argument("--labels", metavar="FILE", help="labels file, if FILE has none")
+    _add_classes(fit)
     fit.add_argument(
         "-o", "--output", required=True, metavar="PATH", help="e.g. calibrator.skops"
     )

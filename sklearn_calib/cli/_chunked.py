@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import _methods
 from ._common import CommandError, first_line, warning_lines
 from ._io import LABEL_KEYS
 from ._tables import COLUMNS, Progress
@@ -242,8 +243,12 @@ class ChunkProgress:
                 self._bar.close()
 
 
-def label_classes(splits):
-    """The classes of the report, from every label of both splits (one pass)."""
+def label_classes(splits, classes=None):
+    """The classes of the report, from every label of both splits (one pass).
+
+    ``classes`` (from ``--classes``) states them instead of inferring them;
+    the labels are still checked against them.
+    """
     from ..utils._validation import resolve_classes
 
     uniques = []
@@ -257,10 +262,10 @@ def label_classes(splits):
             uniques.append(np.unique(y))
     try:
         classes, _ = resolve_classes(
-            np.unique(np.concatenate(uniques)), splits["val"].n_cols
+            np.unique(np.concatenate(uniques)), splits["val"].n_cols, classes
         )
     except ValueError as exc:
-        raise CommandError(str(exc)) from exc
+        raise CommandError(_methods.with_classes_hint(exc)) from exc
     return classes
 
 
@@ -269,23 +274,29 @@ def _calibrated_chunks(estimator, test):
 
     def chunks():
         for chunk in test:
-            yield estimator.predict_proba(chunk[0]), *chunk[1:]
+            # An empty chunk (a shard without rows) scores nothing; the
+            # estimators refuse 0 samples, as scikit-learn's do.
+            if np.shape(chunk[0])[0]:
+                yield estimator.predict_proba(chunk[0]), *chunk[1:]
 
     return chunks
 
 
-def chunked_row(name, cls, splits, args):
-    """One row of the chunked report: fit on val chunks, score on test chunks."""
+def chunked_row(name, cls, splits, args, classes):
+    """One row of the chunked report: fit on val chunks, score on test chunks.
+
+    ``classes``: the labels of the logit columns, from every chunk of both
+    splits (the val chunks alone may lack some).
+    """
     from sklearn.utils import get_tags
 
     from .._chunked_fit import chunked_fitter
     from ..metrics import chunked_calibration_report
-    from . import _methods
     from ._evaluation import failure_reason
 
     params = _methods.REPORT_PARAMS.get(name)
     estimator = _methods.make_calibrator(
-        cls, device=args.device, seed=args.seed, params=params
+        cls, device=args.device, seed=args.seed, params=params, classes=classes
     )
     empty = dict.fromkeys(key for key, _, _ in COLUMNS)
     if max(2, splits["val"].n_cols) > 2 and not (

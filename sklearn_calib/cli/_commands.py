@@ -16,6 +16,7 @@ from . import _chunked
 from ._common import EXIT_OK, CommandError, first_line, warning_lines
 from ._data import Split, read_logits_only, read_splits
 from ._evaluation import (
+    column_labels,
     encode_labels,
     failure_reason,
     run_method,
@@ -36,9 +37,11 @@ from ._methods import (
     import_skops,
     load_calibrator,
     make_calibrator,
+    parse_classes,
     parse_params,
     resolve_method,
     select_methods,
+    with_classes_hint,
 )
 from ._plots import reliability_png, require_matplotlib, slug
 from ._tables import SET_LEVELS, SET_SCORES, Progress, csv_table, format_report
@@ -73,9 +76,10 @@ def run_fit(args, out=None):
         _chunked.check_not_inside(output, [args.logits])
     cls = resolve_method(args.method)
     sio = import_skops()
-    estimator = make_calibrator(
-        cls, device=args.device, params=parse_params(args.param)
-    )
+    params = parse_params(args.param)
+    if args.classes is not None and "classes" in params:
+        raise CommandError("give the classes as --classes or --param, not both")
+    estimator = make_calibrator(cls, device=args.device, params=params)
     progress = _chunked.ChunkProgress() if chunked else None
     if chunked:
         data = _chunked.open_fit_data(args.logits, progress.callback("data"))
@@ -84,6 +88,8 @@ def run_fit(args, out=None):
     else:
         data = read_splits(args.logits, args.labels)["val"]
         shape, n_chunks = data.logits.shape, ""
+    if args.classes is not None:
+        estimator.set_params(classes=parse_classes(args.classes, shape[1]))
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -98,6 +104,8 @@ def run_fit(args, out=None):
             raise CommandError(
                 f"{args.logits}: {cls.__name__} failed to fit ({failure_reason(exc)})"
             ) from exc
+        except ValueError as exc:
+            raise CommandError(f"{args.logits}: {with_classes_hint(exc)}") from exc
         finally:
             if progress is not None:
                 progress.close()
@@ -279,7 +287,9 @@ def run_report(args, out=None):
             overwrite=args.overwrite,
         )
     splits, source, description = report_data(args)
-    classes, y_codes = encode_labels(splits)
+    classes, y_codes = encode_labels(
+        splits, parse_classes(args.classes, splits["val"].logits.shape[1])
+    )
     if "test" in splits:
         evaluation = "fit on val, scored on test"
         y_eval, logits_eval = y_codes["test"], splits["test"].logits
@@ -326,6 +336,7 @@ def run_report(args, out=None):
         confidence_levels=SET_LEVELS,
         n_splits=n_splits,
         random_state=args.seed,
+        labels=column_labels(raw),
         as_frame=False,
     )
     report = {
@@ -375,7 +386,9 @@ def _report_chunks(args, out):
     try:
         splits = _chunked.open_report_data(args.file, progress)
         progress.set_stage("labels")
-        classes = _chunked.label_classes(splits)
+        classes = _chunked.label_classes(
+            splits, parse_classes(args.classes, splits["val"].n_cols)
+        )
         progress.set_stage("Uncalibrated")
         rows = [
             {
@@ -392,7 +405,7 @@ def _report_chunks(args, out):
 
         for name, cls in methods:
             progress.set_stage(name)
-            rows.append(_chunked.chunked_row(name, cls, splits, args))
+            rows.append(_chunked.chunked_row(name, cls, splits, args, classes))
     finally:
         progress.close()
     report = {

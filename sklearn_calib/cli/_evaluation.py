@@ -10,11 +10,20 @@ from ._common import CommandError, first_line, warning_lines
 from ._tables import COLUMNS
 
 
+def column_labels(proba):
+    """The report's labels are column indices: every column's, stated, so that
+    labels that lack some class (code 0 included) are never ambiguous."""
+    return np.arange(max(2, np.shape(proba)[1]))
+
+
 def score(y, proba, n_bins):
-    """The report's metrics of probabilities ``proba`` against labels ``y``."""
+    """The report's metrics of probabilities ``proba`` against label codes ``y``."""
     from ..metrics import calibration_report
 
-    return calibration_report(y, proba, n_bins=n_bins, as_frame=False)["model"]
+    report = calibration_report(
+        y, proba, n_bins=n_bins, labels=column_labels(proba), as_frame=False
+    )
+    return report["model"]
 
 
 def fold_iterator(y, n_splits, seed):
@@ -80,11 +89,17 @@ def run_method(name, cls, splits, y_codes, args):
 
     # Looked up at each call, so that tests and callers can swap the table.
     params = _methods.REPORT_PARAMS.get(name)
+    n_columns = max(2, splits["val"].logits.shape[1])
+    # The labels are already column indices: say so, so that a val split or
+    # a fold without some class (code 0 included) is not ambiguous.
     estimator = _methods.make_calibrator(
-        cls, device=args.device, seed=args.seed, params=params
+        cls,
+        device=args.device,
+        seed=args.seed,
+        params=params,
+        classes=np.arange(n_columns),
     )
     empty = dict.fromkeys(key for key, _, _ in COLUMNS)
-    n_columns = max(2, splits["val"].logits.shape[1])
     if n_columns > 2 and not get_tags(estimator).classifier_tags.multi_class:
         return {"method": name, **empty, "note": "skipped: binary problems only"}, None
     row_notes = [f"fast settings {params}"] if params else []
@@ -105,17 +120,21 @@ def run_method(name, cls, splits, y_codes, args):
     return {"method": name, **scores, "note": "; ".join(row_notes)}, proba
 
 
-def encode_labels(splits):
-    """Integer codes shared by both splits, matching the logit columns."""
+def encode_labels(splits, classes=None):
+    """Integer codes shared by both splits, matching the logit columns.
+
+    ``classes``: the label of each column (``--classes``), or None to infer
+    them from the labels where that is unambiguous.
+    """
     from ..utils._validation import resolve_classes
 
     parts = [p for p in ("val", "test") if p in splits]
     y_all = np.concatenate([splits[p].y for p in parts])
     n_cols = splits["val"].logits.shape[1]
     try:
-        classes, codes = resolve_classes(y_all, n_cols)
+        classes, codes = resolve_classes(y_all, n_cols, classes)
     except ValueError as exc:
-        raise CommandError(str(exc)) from exc
+        raise CommandError(_methods.with_classes_hint(exc)) from exc
     out, start = {}, 0
     for part in parts:
         n = splits[part].y.shape[0]

@@ -67,14 +67,17 @@ def select_methods(spec):
     return chosen
 
 
-def make_calibrator(cls, *, device=None, seed=None, params=None):
-    """An instance of ``cls`` with ``params``, a device and a seed where it has them.
+def make_calibrator(cls, *, device=None, seed=None, params=None, classes=None):
+    """An instance of ``cls`` with ``params``, a device, a seed and the classes
+    of the logit columns where it has them.
 
     A seed makes the stochastic methods (SMART's initialisation, ...) give
     the same numbers on every run of the command.
     """
     estimator = cls()
     accepted = estimator.get_params()
+    if classes is not None and "classes" in accepted:
+        estimator.set_params(classes=classes)
     if seed is not None and "random_state" in accepted:
         estimator.set_params(random_state=seed)
     if device is not None and "device" in accepted:
@@ -95,6 +98,48 @@ def parse_params(pairs):
             value = text
         params[key.strip()] = value
     return params
+
+
+# What to do on the command line where the library asks for classes=.
+CLASSES_HINT = (
+    "On the command line: --classes index (column i holds label i), "
+    "--classes 1-based (label i + 1), or --classes A,B,... (one label per column)."
+)
+
+
+def parse_classes(spec, n_columns):
+    """The labels of the logit columns that ``--classes`` names, or None.
+
+    ``index``: column ``i`` holds label ``i``; ``1-based``: label ``i + 1``;
+    otherwise a comma-separated list of one label per column (integers when
+    every item is one, else strings). A single score column stands for two
+    classes.
+    """
+    if spec is None:
+        return None
+    import numpy as np
+
+    n_classes = max(n_columns, 2)
+    if spec == "index":
+        return np.arange(n_classes)
+    if spec == "1-based":
+        return np.arange(1, n_classes + 1)
+    items = [item.strip() for item in spec.split(",")]
+    if len(items) != n_classes or not all(items):
+        raise CommandError(
+            f"--classes {spec!r}: expected 'index', '1-based' or {n_classes} "
+            f"comma-separated labels (one per logit column), got {len(items)}"
+        )
+    try:
+        return np.array([int(item) for item in items])
+    except ValueError:
+        return np.array(items)
+
+
+def with_classes_hint(exc):
+    """The message of a ValueError, with ``CLASSES_HINT`` where it asks for classes=."""
+    text = first_line(exc)
+    return f"{text} {CLASSES_HINT}" if "pass classes=" in text else text
 
 
 def import_skops():

@@ -3,6 +3,8 @@
 import io
 import re
 
+import numpy as np
+
 from ._common import CommandError
 
 
@@ -40,8 +42,15 @@ def reliability_png(y, proba, name, n_bins):
         gridspec_kw={"height_ratios": [3, 1]},
     )
     try:
+        # y holds column indices (codes): every column is a class.
         ReliabilityDisplay.from_predictions(
-            y, proba, n_bins=n_bins, name=name, ax=ax, hist_ax=hist_ax
+            y,
+            proba,
+            n_bins=n_bins,
+            name=name,
+            ax=ax,
+            hist_ax=hist_ax,
+            labels=np.arange(max(2, proba.shape[1])),
         )
         ax.set_title(name)
         buffer = io.BytesIO()

@@ -163,11 +163,16 @@ def calibration_report(
             raise ValueError(f"y_prob[{model!r}]: {exc}") from exc
         # The codes index the validated columns, so the metrics skip the label
         # encoding (string labels, ``labels=``); each still checks the array.
+        # Stated as every column's index: codes that lack some class (0
+        # included) are otherwise ambiguous to the metric.
+        columns = np.arange(proba.shape[1])
         scores = {}
         for name in chosen:
             metric, binned = REPORT_METRICS[name]
             options = {"n_bins": n_bins} if binned else {}
-            scores[name] = metric(y_codes, proba, sample_weight=weights, **options)
+            scores[name] = metric(
+                y_codes, proba, sample_weight=weights, labels=columns, **options
+            )
         rows[model] = scores
     if not as_frame:
         return rows

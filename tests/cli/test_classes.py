@@ -1,0 +1,237 @@
+"""``--classes``: the labels of the logit columns where the labels cannot say it.
+
+A large vocabulary's calibration split lacks most classes, label 0 among them,
+so 0-based column indices and 1-based labels cannot be told apart: the
+library refuses to guess, and the command line takes ``--classes``.
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from sklearn_calib import TemperatureScaling, VectorScaling, metrics
+
+from .conftest import assert_usage_error, call
+from .test_chunked_cli import write_npz_chunks
+
+N_COLUMNS = 300
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    """Logits over 300 columns whose labels (0-based) never include 0."""
+    rng = np.random.default_rng(12)
+    y = rng.integers(1, N_COLUMNS, size=400)
+    logits = rng.normal(size=(400, N_COLUMNS))
+    logits[np.arange(400), y] += 4.0
+    return logits, y
+
+
+@pytest.fixture
+def vocabulary_npz(tmp_path, vocabulary):
+    logits, y = vocabulary
+    path = tmp_path / "vocab.npz"
+    np.savez(
+        path,
+        logits_val=logits[:200],
+        y_val=y[:200],
+        logits_test=logits[200:],
+        y_test=y[200:],
+    )
+    return path
+
+
+def _report(capsys, *args):
+    status, out, err = call(capsys, "report", *args, "--format", "json")
+    assert status == 0, err
+    return json.loads(out)
+
+
+def test_ambiguous_labels_name_the_option(capsys, vocabulary_npz, tmp_path):
+    assert_usage_error(
+        capsys,
+        ["report", vocabulary_npz, "--methods", "TemperatureScaling"],
+        "ambiguous",
+        "--classes index",
+    )
+    single = tmp_path / "one.npz"
+    data = np.load(vocabulary_npz)
+    np.savez(single, logits=data["logits_val"], y=data["y_val"])
+    assert_usage_error(
+        capsys,
+        ["fit", "--method", "TemperatureScaling", "--logits", single, "-o", "t.skops"],
+        "ambiguous",
+        "--classes index",
+    )
+
+
+def test_report_with_classes_equals_the_python_api(capsys, vocabulary_npz, vocabulary):
+    logits, y = vocabulary
+    report = _report(
+        capsys, vocabulary_npz, "--methods", "TemperatureScaling", "--classes", "index"
+    )
+    columns = np.arange(N_COLUMNS)
+    ts = TemperatureScaling(device="cpu", classes=columns).fit(logits[:200], y[:200])
+    proba = ts.predict_proba(logits[200:])
+    row = report["results"][1]
+    assert row["note"] == ""
+    assert row["nll"] == pytest.approx(
+        metrics.log_loss(y[200:], proba, labels=columns), rel=1e-6
+    )
+    assert row["ece"] == pytest.approx(
+        metrics.expected_calibration_error(y[200:], proba, labels=columns), rel=1e-6
+    )
+    # 1-based: the same columns read as labels 1..300, so every label moves.
+    shifted = _report(
+        capsys,
+        vocabulary_npz,
+        "--methods",
+        "TemperatureScaling",
+        "--classes",
+        "1-based",
+    )
+    assert shifted["results"][1]["accuracy"] < row["accuracy"]
+
+
+def test_report_val_split_lacking_a_test_class_still_fits(capsys, tmp_path):
+    # The labels of both splits resolve the classes; the val split alone may
+    # lack one (here class 0): each method still fits on it.
+    rng = np.random.default_rng(2)
+    y = rng.integers(0, 4, size=500)
+    logits = rng.normal(size=(500, 4)) + 2.0 * np.eye(4)[y]
+    val = y[:250] != 0
+    path = tmp_path / "lack.npz"
+    np.savez(
+        path,
+        logits_val=logits[:250][val],
+        y_val=y[:250][val],
+        logits_test=logits[250:],
+        y_test=y[250:],
+    )
+    report = _report(capsys, path, "--methods", "TemperatureScaling,VectorScaling")
+    for row in report["results"][1:]:
+        assert row["nll"] is not None, row["note"]
+    # Cross-validated: folds of one split may lack a class as well.
+    single = tmp_path / "single.npz"
+    np.savez(single, logits=logits[:40], y=np.r_[np.zeros(4, int), y[4:40] % 3 + 1])
+    report = _report(capsys, single, "--methods", "TemperatureScaling", "--cv", "5")
+    assert report["results"][1]["nll"] is not None, report["results"][1]["note"]
+
+
+def test_fit_with_classes(capsys, tmp_path, vocabulary):
+    skops = pytest.importorskip("skops.io")
+    from sklearn_calib.utils.persistence import skops_trusted_types
+
+    logits, y = vocabulary
+    data = tmp_path / "val.npz"
+    np.savez(data, logits=logits[:200], y=y[:200])
+    out = tmp_path / "vs.skops"
+    status, _, err = call(
+        capsys,
+        "fit",
+        "--method",
+        "VectorScaling",
+        "--logits",
+        data,
+        "-o",
+        out,
+        "--classes",
+        "index",
+    )
+    assert status == 0, err
+    fitted = skops.load(out, trusted=skops_trusted_types())
+    np.testing.assert_array_equal(fitted.classes_, np.arange(N_COLUMNS))
+    expected = VectorScaling(classes=np.arange(N_COLUMNS)).fit(logits[:200], y[:200])
+    np.testing.assert_allclose(
+        fitted.predict_proba(logits[200:]), expected.predict_proba(logits[200:])
+    )
+    assert_usage_error(
+        capsys,
+        [
+            "fit",
+            "--method",
+            "VectorScaling",
+            "--logits",
+            data,
+            "-o",
+            tmp_path / "a.skops",
+        ]
+        + ["--classes", "1,2,3"],
+        "--classes",
+        f"{N_COLUMNS} comma-separated labels",
+    )
+    assert_usage_error(
+        capsys,
+        [
+            "fit",
+            "--method",
+            "VectorScaling",
+            "--logits",
+            data,
+            "-o",
+            tmp_path / "b.skops",
+        ]
+        + ["--classes", "index", "--param", "classes=[0, 1]"],
+        "--classes or --param, not both",
+    )
+
+
+def test_named_classes_in_column_order(capsys, tmp_path):
+    # String labels in column order, not sorted; the split lacks "ant".
+    rng = np.random.default_rng(5)
+    codes = rng.integers(1, 3, size=300)
+    logits = rng.normal(size=(300, 3)) + 2.0 * np.eye(3)[codes]
+    names = np.array(["cow", "bee", "ant"])
+    path = tmp_path / "named.npz"
+    np.savez(path, logits_val=logits[:150], y_val=names[codes[:150]])
+    np.savez(
+        path,
+        logits_val=logits[:150],
+        y_val=names[codes[:150]],
+        logits_test=logits[150:],
+        y_test=names[codes[150:]],
+    )
+    report = _report(
+        capsys, path, "--methods", "TemperatureScaling", "--classes", "cow,bee,ant"
+    )
+    proba = (
+        TemperatureScaling(device="cpu", classes=names)
+        .fit(logits[:150], names[codes[:150]])
+        .predict_proba(logits[150:])
+    )
+    expected = metrics.log_loss(names[codes[150:]], proba, labels=names)
+    assert report["results"][1]["nll"] == pytest.approx(expected, rel=1e-6)
+
+
+def test_chunked_report_and_fit_with_classes(capsys, tmp_path, vocabulary):
+    logits, y = vocabulary
+    folder = tmp_path / "chunks"
+    write_npz_chunks(folder / "val", logits[:200], y[:200])
+    write_npz_chunks(folder / "test", logits[200:], y[200:])
+    in_memory = tmp_path / "vocab.npz"
+    np.savez(
+        in_memory,
+        logits_val=logits[:200],
+        y_val=y[:200],
+        logits_test=logits[200:],
+        y_test=y[200:],
+    )
+    args = ("--methods", "TemperatureScaling", "--classes", "index")
+    chunked = _report(capsys, folder, *args)["results"][1]
+    memory = _report(capsys, in_memory, *args)["results"][1]
+    for key in ("ece", "adaptive_ece", "nll", "brier", "accuracy"):
+        assert chunked[key] == pytest.approx(memory[key], rel=1e-6), key
+    status, _, err = call(
+        capsys,
+        "fit",
+        "--method",
+        "TemperatureScaling",
+        "--logits",
+        folder / "val",
+        "-o",
+        tmp_path / "ts.skops",
+        "--classes",
+        "index",
+    )
+    assert status == 0, err
