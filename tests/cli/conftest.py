@@ -56,18 +56,21 @@ def logits_y():
     return logits, y
 
 
-@pytest.fixture
-def npz_two_splits(tmp_path, logits_y):
-    logits, y = logits_y
-    path = tmp_path / "two.npz"
+def save_two_splits(path, logits, y, n_val):
+    """An ``.npz`` of the first ``n_val`` rows as val, the rest as test."""
     np.savez(
         path,
-        logits_val=logits[:200],
-        y_val=y[:200],
-        logits_test=logits[200:],
-        y_test=y[200:],
+        logits_val=logits[:n_val],
+        y_val=y[:n_val],
+        logits_test=logits[n_val:],
+        y_test=y[n_val:],
     )
     return path
+
+
+@pytest.fixture
+def npz_two_splits(tmp_path, logits_y):
+    return save_two_splits(tmp_path / "two.npz", *logits_y, 200)
 
 
 def reference_proba(logits, y, new_logits):

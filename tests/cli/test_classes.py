@@ -12,7 +12,7 @@ import pytest
 
 from sklearn_calib import TemperatureScaling, VectorScaling, metrics
 
-from .conftest import assert_usage_error, call
+from .conftest import assert_usage_error, call, save_two_splits
 from .test_chunked_cli import write_npz_chunks
 
 N_COLUMNS = 300
@@ -30,16 +30,11 @@ def vocabulary():
 
 @pytest.fixture
 def vocabulary_npz(tmp_path, vocabulary):
-    logits, y = vocabulary
-    path = tmp_path / "vocab.npz"
-    np.savez(
-        path,
-        logits_val=logits[:200],
-        y_val=y[:200],
-        logits_test=logits[200:],
-        y_test=y[200:],
-    )
-    return path
+    return save_two_splits(tmp_path / "vocab.npz", *vocabulary, 200)
+
+
+def _fit_args(logits_file, output, *options, method="VectorScaling"):
+    return ["fit", "--method", method, "--logits", logits_file, "-o", output, *options]
 
 
 def _report(capsys, *args):
@@ -60,7 +55,7 @@ def test_ambiguous_labels_name_the_option(capsys, vocabulary_npz, tmp_path):
     np.savez(single, logits=data["logits_val"], y=data["y_val"])
     assert_usage_error(
         capsys,
-        ["fit", "--method", "TemperatureScaling", "--logits", single, "-o", "t.skops"],
+        _fit_args(single, "t.skops", method="TemperatureScaling"),
         "ambiguous",
         "--classes index",
     )
@@ -101,14 +96,8 @@ def test_report_val_split_lacking_a_test_class_still_fits(capsys, tmp_path):
     y = rng.integers(0, 4, size=500)
     logits = rng.normal(size=(500, 4)) + 2.0 * np.eye(4)[y]
     val = y[:250] != 0
-    path = tmp_path / "lack.npz"
-    np.savez(
-        path,
-        logits_val=logits[:250][val],
-        y_val=y[:250][val],
-        logits_test=logits[250:],
-        y_test=y[250:],
-    )
+    keep = np.r_[val, np.ones(250, bool)]
+    path = save_two_splits(tmp_path / "lack.npz", logits[keep], y[keep], val.sum())
     report = _report(capsys, path, "--methods", "TemperatureScaling,VectorScaling")
     for row in report["results"][1:]:
         assert row["nll"] is not None, row["note"]
@@ -127,18 +116,7 @@ def test_fit_with_classes(capsys, tmp_path, vocabulary):
     data = tmp_path / "val.npz"
     np.savez(data, logits=logits[:200], y=y[:200])
     out = tmp_path / "vs.skops"
-    status, _, err = call(
-        capsys,
-        "fit",
-        "--method",
-        "VectorScaling",
-        "--logits",
-        data,
-        "-o",
-        out,
-        "--classes",
-        "index",
-    )
+    status, _, err = call(capsys, *_fit_args(data, out, "--classes", "index"))
     assert status == 0, err
     fitted = skops.load(out, trusted=skops_trusted_types())
     np.testing.assert_array_equal(fitted.classes_, np.arange(N_COLUMNS))
@@ -148,31 +126,14 @@ def test_fit_with_classes(capsys, tmp_path, vocabulary):
     )
     assert_usage_error(
         capsys,
-        [
-            "fit",
-            "--method",
-            "VectorScaling",
-            "--logits",
-            data,
-            "-o",
-            tmp_path / "a.skops",
-        ]
-        + ["--classes", "1,2,3"],
+        _fit_args(data, tmp_path / "a.skops", "--classes", "1,2,3"),
         "--classes",
         f"{N_COLUMNS} comma-separated labels",
     )
+    both = ("--classes", "index", "--param", "classes=[0, 1]")
     assert_usage_error(
         capsys,
-        [
-            "fit",
-            "--method",
-            "VectorScaling",
-            "--logits",
-            data,
-            "-o",
-            tmp_path / "b.skops",
-        ]
-        + ["--classes", "index", "--param", "classes=[0, 1]"],
+        _fit_args(data, tmp_path / "b.skops", *both),
         "--classes or --param, not both",
     )
 
@@ -184,14 +145,7 @@ def test_named_classes_in_column_order(capsys, tmp_path):
     logits = rng.normal(size=(300, 3)) + 2.0 * np.eye(3)[codes]
     names = np.array(["cow", "bee", "ant"])
     path = tmp_path / "named.npz"
-    np.savez(path, logits_val=logits[:150], y_val=names[codes[:150]])
-    np.savez(
-        path,
-        logits_val=logits[:150],
-        y_val=names[codes[:150]],
-        logits_test=logits[150:],
-        y_test=names[codes[150:]],
-    )
+    save_two_splits(path, logits, names[codes], 150)
     report = _report(
         capsys, path, "--methods", "TemperatureScaling", "--classes", "cow,bee,ant"
     )
@@ -209,29 +163,12 @@ def test_chunked_report_and_fit_with_classes(capsys, tmp_path, vocabulary):
     folder = tmp_path / "chunks"
     write_npz_chunks(folder / "val", logits[:200], y[:200])
     write_npz_chunks(folder / "test", logits[200:], y[200:])
-    in_memory = tmp_path / "vocab.npz"
-    np.savez(
-        in_memory,
-        logits_val=logits[:200],
-        y_val=y[:200],
-        logits_test=logits[200:],
-        y_test=y[200:],
-    )
+    in_memory = save_two_splits(tmp_path / "vocab.npz", logits, y, 200)
     args = ("--methods", "TemperatureScaling", "--classes", "index")
     chunked = _report(capsys, folder, *args)["results"][1]
     memory = _report(capsys, in_memory, *args)["results"][1]
     for key in ("ece", "adaptive_ece", "nll", "brier", "accuracy"):
         assert chunked[key] == pytest.approx(memory[key], rel=1e-6), key
-    status, _, err = call(
-        capsys,
-        "fit",
-        "--method",
-        "TemperatureScaling",
-        "--logits",
-        folder / "val",
-        "-o",
-        tmp_path / "ts.skops",
-        "--classes",
-        "index",
-    )
+    fit = _fit_args(folder / "val", tmp_path / "ts.skops", "--classes", "index")
+    status, _, err = call(capsys, *fit)
     assert status == 0, err
