@@ -762,8 +762,8 @@ def test_conformal_classifier_edited_state_is_refused_by_name(fmt):
 def test_grid_search_over_conformal_sets_loads_with_skops():
     # The documented way to tune prediction sets: GridSearchCV with a set
     # scorer. Its file holds the library's types (all in the trusted list)
-    # and scikit-learn's own splitter, which skops leaves to the caller (from
-    # skops 0.12; earlier versions trust it by default).
+    # and scikit-learn's own splitter, which skops 0.16 leaves to the caller
+    # (0.11, the floor, trusts it by default).
     sio = pytest.importorskip("skops.io")
     from sklearn.model_selection import GridSearchCV
 
