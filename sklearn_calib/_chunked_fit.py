@@ -654,6 +654,17 @@ def _fit_vector(estimator, data):
         frozen[:] = False  # nothing to solve for: the rays, as before
     free_classes = np.flatnonzero(~frozen)
     free = np.concatenate([free_classes, n_classes + free_classes])
+    n_free = free_classes.shape[0]
+    # When every frozen class lacks samples, a common shift of the free biases
+    # is a ray (the frozen classes' probabilities fall for ever): their mean
+    # is held at 0, as in memory (see _torch._affine._Objective.freeze).
+    hold_bias_mean = bool(frozen.any()) and not bool((separable & frozen).any())
+
+    def project(vector):
+        if hold_bias_mean:
+            vector = vector.copy()
+            vector[n_free:] -= vector[n_free:].mean()
+        return vector
 
     def evaluate(theta_free, hessian):
         full = theta.copy()
@@ -667,20 +678,22 @@ def _fit_vector(estimator, data):
             )
         )
         total = sums[0]
-        grad = sums[2 : 2 + 2 * n_classes] / total
+        grad = project((sums[2 : 2 + 2 * n_classes] / total)[free])
         hess = None
         if hessian:
             hess = sums[2 + 2 * n_classes :].reshape(2 * n_classes, -1) / total
             hess = hess[np.ix_(free, free)]
-        return sums[1] / total, grad[free], hess
+            if hold_bias_mean:
+                hess = np.apply_along_axis(project, 0, hess)
+                hess = np.apply_along_axis(project, 1, hess)
+        return sums[1] / total, grad, hess
 
-    n_free = free_classes.shape[0]
     # The Hessian pass costs (2K)^2 per row whatever is frozen.
     if 2 * n_classes <= _NEWTON_PARAMS:
         gauge = None
-        if not frozen.any():
-            # Adding a constant to every bias changes nothing, unless some
-            # biases are held fixed.
+        if hold_bias_mean or not frozen.any():
+            # Adding a constant to every bias changes nothing (or is held),
+            # unless some biases are held fixed.
             gauge = np.concatenate([np.zeros(n_free), np.ones(n_free)])
             gauge /= np.sqrt(n_free)
         result = _newton_over_chunks(
@@ -700,12 +713,17 @@ def _fit_vector(estimator, data):
             )
         )
         blocks = blocks[2 + 2 * n_classes :].reshape(3, n_classes) / blocks[0]
+        to_theta, to_phi_grad = _block_preconditioner(blocks[:, free_classes], n_free)
         result = _lbfgs_over_chunks(
             evaluate,
             theta[free],
             tol=estimator.tol,
             max_iter=estimator.max_iter,
-            preconditioner=_block_preconditioner(blocks[:, free_classes], n_free),
+            # Steps stay where the bias mean is held (P is its own adjoint).
+            preconditioner=(
+                lambda phi: project(to_theta(phi)),
+                lambda grad: to_phi_grad(project(grad)),
+            ),
         )
     fitted = theta.copy()
     fitted[free] = result.theta

@@ -539,7 +539,10 @@ class VectorScaling(_AffineCalibrator):
     samples per class (language-model vocabularies), are found exactly and
     kept at the temperature map ``w_k = 1 / T, b_k = 0``, with a
     ``UserWarning`` that counts them; the other classes are fitted with
-    those held fixed. Classes that separate the samples only jointly are not
+    those held fixed (and, when every held class lacks samples, with their
+    mean bias held at 0, so that the held classes keep their temperature
+    odds against the mean class instead of falling to wherever the solver
+    stops). Classes that separate the samples only jointly are not
     detected: their parameters grow until the gradient tolerance is met.
 
     **Masked classes.** A logit of ``-inf`` marks a class the row does not

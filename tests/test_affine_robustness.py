@@ -520,6 +520,53 @@ def test_frozen_classes_and_the_rest_match_scipy():
     np.testing.assert_allclose(model.intercept_[:3], result.x[3:], atol=1e-6)
 
 
+@pytest.mark.parametrize("tol", [1e-5, 1e-10])
+def test_classes_without_samples_keep_their_odds_whatever_the_tolerance(tol):
+    # Classes 4 and 5 are never observed and no class is separated: a common
+    # shift of the other biases would lower them for ever. The fit holds the
+    # other biases' mean, which is the fit with the absent classes' biases
+    # tied to that mean: scipy solves the tied problem independently.
+    rng = np.random.default_rng(13)
+    n, k = 600, 6
+    y = rng.integers(0, 4, n)
+    X = rng.normal(size=(n, k)) + 1.5 * np.eye(k)[y]
+    with pytest.warns(UserWarning, match="2 have no calibration sample, 0 are"):
+        model = VectorScaling(device="cpu", tol=tol, classes=np.arange(k)).fit(X, y)
+    beta = (
+        1
+        / TemperatureScaling(device="cpu", classes=np.arange(k)).fit(X, y).temperature_
+    )
+    np.testing.assert_allclose(model.coef_[4:], beta, rtol=1e-7)
+    onehot = np.eye(k)[y]
+
+    def unpack(params):
+        b = params[4:]
+        return np.r_[params[:4], beta, beta], np.r_[b, b.mean(), b.mean()]
+
+    def objective(params):
+        w, b = unpack(params)
+        log_q = log_softmax(X * w + b, axis=1)
+        residual = (np.exp(log_q) - onehot) / n
+        g_w, g_b = (residual * X).sum(0), residual.sum(0)
+        grad = np.r_[g_w[:4], g_b[:4] + g_b[4:].sum() / 4]
+        return -log_q[np.arange(n), y].mean(), grad
+
+    result = minimize(
+        objective,
+        np.r_[np.full(4, beta), np.zeros(4)],
+        jac=True,
+        method="L-BFGS-B",
+        options={"gtol": 1e-12, "ftol": 1e-15, "maxiter": 20000},
+    )
+    w, b = unpack(result.x)
+    expected = softmax(X * w + b, axis=1)
+    atol = 1e-4 if tol == 1e-5 else 1e-7
+    np.testing.assert_allclose(model.predict_proba(X), expected, atol=atol)
+    # The absent classes keep a probability of the temperature map's order,
+    # not one that falls with the tolerance.
+    assert model.predict_proba(X)[:, 4:].mean() > 1e-3
+
+
 # --- an unregularised optimum in a flat valley --------------------------------------
 
 

@@ -301,23 +301,12 @@ def test_classes_parameter_states_the_columns_from_chunks(cls, classes):
     fitted = cls(classes=classes, **params).fit_chunks(random_chunks(X, labels))
     expected = cls(classes=classes, **params).fit(X, labels)
     np.testing.assert_array_equal(fitted.classes_, classes)
-    if cls is not VectorScaling:
-        np.testing.assert_allclose(
-            fitted.predict_proba(X), expected.predict_proba(X), rtol=1e-9
-        )
-        return
-    # The absent class keeps the temperature map in both fits, but the other
-    # classes' common bias then has no finite optimum (raising it keeps
-    # lowering the absent class's probability): both solvers follow that ray
-    # to their tolerance, where the absent class's probabilities (below 2e-5)
-    # differ; the losses agree.
-    losses = [
-        log_loss(labels, model.predict_proba(X), labels=classes)
-        for model in (fitted, expected)
-    ]
-    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+    # Vector scaling's absent class keeps its temperature-scaling odds against
+    # the mean class in both fits (the bias mean is held): they agree to the
+    # solvers' tolerance.
+    rtol = 1e-5 if cls is VectorScaling else 1e-9
     np.testing.assert_allclose(
-        fitted.predict_proba(X), expected.predict_proba(X), atol=1e-4
+        fitted.predict_proba(X), expected.predict_proba(X), rtol=rtol, atol=1e-9
     )
 
 

@@ -316,6 +316,7 @@ class _Objective:
         self.n_evals = 0
         self.frozen = None
         self.free = None
+        self.hold_bias_mean = False
         self.track_curvature = False
         self.last_curvature = None
 
@@ -356,13 +357,24 @@ class _Objective:
         # NLL, and a penalty equal on every bias is lowest at mean 0.
         self.free_rows = kind == "matrix" and not bool(rho[:, :-1].any())
 
-    def freeze(self, frozen):
-        """Keep the classes marked in ``frozen`` (bool, (K,)) where they are."""
+    def freeze(self, frozen, *, hold_bias_mean=False):
+        """Keep the classes marked in ``frozen`` (bool, (K,)) where they are.
+
+        ``hold_bias_mean``: also keep the mean bias of the free classes (0, the
+        start). When every frozen class lacks samples, a common shift of the
+        free biases is a ray: it lowers the frozen classes' probabilities for
+        ever, to wherever the solver stops. Held, they keep their
+        temperature-scaling odds against the mean free class, and the fit is
+        the one of those classes' biases tied to the free mean. (A frozen
+        class with samples bounds that shift by itself: its own rows lose.)
+        """
+        self.hold_bias_mean = False
         if frozen is None or not bool(frozen.any()):
             self.frozen = self.free = None
             return
         self.frozen = frozen
         self.free = torch.nonzero(~frozen).squeeze(1)
+        self.hold_bias_mean = hold_bias_mean
 
     def project(self, direction):
         """Remove the components along which the objective cannot change.
@@ -370,11 +382,15 @@ class _Objective:
         The exact gradient has none; rounding has a little, which a Newton
         step would otherwise amplify. Frozen classes do not move. With a
         frozen class (whose bias stays put) a shift of the other biases is
-        no longer invisible, so only then are the biases left alone.
+        no longer invisible, so then the biases are left alone, unless their
+        mean is held (see ``freeze``).
         """
         direction = direction.clone()
         if self.frozen is not None:
             direction[self.frozen] = 0.0
+            if self.hold_bias_mean:
+                free_bias = direction[self.free, -1]
+                direction[self.free, -1] = free_bias - free_bias.mean()
         else:
             direction[:, -1] -= direction[:, -1].mean()
         if self.free_rows:
@@ -390,7 +406,7 @@ class _Objective:
         n_free = self.n_classes if self.free is None else int(self.free.numel())
         p = self.shape[1]
         columns = []
-        if self.frozen is None:
+        if self.frozen is None or self.hold_bias_mean:
             bias = torch.zeros((n_free, p), dtype=torch.float64)
             bias[:, -1] = 1.0 / math.sqrt(n_free)
             columns.append(bias.reshape(-1))
@@ -1126,7 +1142,7 @@ def fit_affine(
                 frozen = frozen[kept]
                 objective = _Objective(features, y, weights, kind, penalty, mask)
                 theta = theta[kept]
-        objective.freeze(frozen)
+        objective.freeze(frozen, hold_bias_mean=not bool(separable.any()))
 
     # With every class kept at the start, the fit is the temperature solve.
     solver_name = "none"
