@@ -629,14 +629,10 @@ def _unidentified_classes(data):
     other, unless all of them are equal, or no other row sees the class).
     Returns (absent, separable), boolean arrays of shape (n_classes,).
     """
+    from ._torch._affine import unidentified_from_extremes
+
     extremes = data.reduce(_separation_extremes, _combine_extremes)
-    own_min, own_max, other_min, other_max = np.split(extremes, 4)
-    has_own = own_min < np.inf
-    has_other = other_max > -np.inf
-    varies = np.maximum(own_max, other_max) > np.minimum(own_min, other_min)
-    threshold = (other_max <= own_min) | (own_max <= other_min)
-    separable = has_own & (~has_other | (threshold & varies))
-    return ~has_own, separable
+    return unidentified_from_extremes(*np.split(extremes, 4))
 
 
 def _fit_vector(estimator, data):
@@ -683,9 +679,9 @@ def _fit_vector(estimator, data):
         if hessian:
             hess = sums[2 + 2 * n_classes :].reshape(2 * n_classes, -1) / total
             hess = hess[np.ix_(free, free)]
-            if hold_bias_mean:
-                hess = np.apply_along_axis(project, 0, hess)
-                hess = np.apply_along_axis(project, 1, hess)
+            if hold_bias_mean:  # P H P, P centring the bias block
+                hess[n_free:, :] -= hess[n_free:, :].mean(axis=0)
+                hess[:, n_free:] -= hess[:, n_free:].mean(axis=1, keepdims=True)
         return sums[1] / total, grad, hess
 
     # The Hessian pass costs (2K)^2 per row whatever is frozen.

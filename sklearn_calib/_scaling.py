@@ -837,7 +837,9 @@ class MatrixScaling(_AffineCalibrator):
         dtype = logits.dtype
         mask = _mask_of(logits)
         features = _mixing_inputs(self._features(logits), mask)
-        work = _parameter_dtype(dtype, self.coef_, self.intercept_, features)
+        # Features in the logits' own dtype are within its range already.
+        wider = () if features.dtype == dtype else (features,)
+        work = _parameter_dtype(dtype, self.coef_, self.intercept_, *wider)
         features = features.astype(work, copy=False)
         out = features @ self.coef_.T.astype(work) + self.intercept_.astype(work)
         if mask is not None:

@@ -334,7 +334,8 @@ class SplineCalibration(BaseCalibrator):
     def _check_fitted_state(self):
         super()._check_fitted_state()
         u = check_state_array(self, "log_complements_", ndim=1, high=0.0)
-        # np.interp needs distinct points; np.unique gives them.
+        # The table is read by searchsorted: distinct points, as np.unique
+        # gives them.
         if u.shape[0] < 1 or np.any(np.diff(u) >= 0):
             fail_state(
                 self,

@@ -291,6 +291,27 @@ def _times_power_of_two(tensor, exponent):
     return tensor * (2.0**half) * (2.0 ** (exponent - half))
 
 
+def unidentified_from_extremes(own_min, own_max, other_min, other_max):
+    """(absent, separable) from each class's logit extremes (see
+    ``_Objective.unidentified_classes``); numpy arrays or tensors alike.
+
+    ``own_*`` over the class's own rows (``inf``/``-inf`` where it has none),
+    ``other_*`` over every other row where the class is not masked.
+    """
+    has_own = own_min < float("inf")
+    has_other = other_max > float("-inf")
+    # max(own_max, other_max) > min(own_min, other_min), with operators only.
+    varies = (
+        (own_max > own_min)
+        | (own_max > other_min)
+        | (other_max > own_min)
+        | (other_max > other_min)
+    )
+    threshold = (other_max <= own_min) | (own_max <= other_min)
+    separable = has_own & (~has_other | (threshold & varies))
+    return ~has_own, separable
+
+
 class _Objective:
     """Weighted NLL (+ penalty) of softmax of an affine map, with derivatives.
 
@@ -706,12 +727,7 @@ class _Objective:
             if ignored is not None:
                 work.masked_fill_(ignored, inf)
             other_min = torch.minimum(other_min, work.scatter_(1, own, inf).amin(0))
-        has_own = own_min < inf
-        has_other = other_max > -inf
-        varies = torch.maximum(own_max, other_max) > torch.minimum(own_min, other_min)
-        threshold = (other_max <= own_min) | (own_max <= other_min)
-        separable = has_own & (~has_other | (threshold & varies))
-        return ~has_own, separable
+        return unidentified_from_extremes(own_min, own_max, other_min, other_max)
 
 
 class _DiagonalPreconditioner:

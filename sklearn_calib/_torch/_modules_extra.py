@@ -164,13 +164,13 @@ class TopLabelTableModule(nn.Module):
         )
         self.cap = cap
 
-    def _interpolate(self, p: torch.Tensor) -> torch.Tensor:
+    def _interpolate(self, u: torch.Tensor) -> torch.Tensor:
         x = self.x
         values = self.values
         n = x.shape[0]
         if n == 1:
-            return values[0].expand_as(p).clone()
-        index = torch.searchsorted(x, p.contiguous(), right=True).clamp(1, n - 1)
+            return values[0].expand_as(u).clone()
+        index = torch.searchsorted(x, u.contiguous(), right=True).clamp(1, n - 1)
         x0 = x[index - 1]
         x1 = x[index]
         v0 = values[index - 1]
@@ -178,7 +178,7 @@ class TopLabelTableModule(nn.Module):
         # Linear in p = 1 - exp(u) between the points, expm1(u - u0) /
         # expm1(u1 - u0) in logs: no cancellation, no overflow. Below the
         # segment (u <= u0, also u = -inf: no other class) the weight is 0.
-        gap = p - x0
+        gap = u - x0
         positive = gap.clamp(min=0.0)
         span = x1 - x0
         log_ratio = (positive + torch.log(-torch.expm1(-positive))) - (
