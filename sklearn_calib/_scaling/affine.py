@@ -614,6 +614,12 @@ class MatrixScaling(AffineCalibrator):
     optimum may not exist (the NLL can decrease for ever when the logits
     separate the classes); the solver then stops on the gradient tolerance.
 
+    **Classes without a calibration sample.** The diagonal of ``W`` is not
+    penalised, so such a class has no finite ``W_kk`` (its probability should
+    fall to 0); it keeps its temperature-scaling row (``W_kk = 1 / T``, zeros,
+    ``b_k = 0``), with a ``UserWarning`` that counts it, and the other rows
+    are fitted with it held.
+
     **Masked classes.** A logit of ``-inf`` marks a class the row does not
     allow. Its calibrated logit is ``-inf`` (probability exactly 0, in
     :meth:`predict_proba`, :meth:`transform` and :meth:`to_torch`), and as an
