@@ -244,12 +244,10 @@ class VectorScaling(AffineCalibrator):
     Calibrated probabilities are ``softmax(w * z + b)`` with ``w, b`` in
     ``R^K`` (``*`` elementwise). ``(w, b)`` minimise the (weighted)
     negative log-likelihood on the calibration set, a convex problem solved
-    to a tight gradient tolerance: by Newton's method when the Hessian is
-    cheap (up to 64 classes), otherwise by L-BFGS preconditioned with the
-    exact 2 x 2 Hessian block of each class, recomputed at every point. Each
-    pass over the logits costs ``O(N K)``. The solve starts from the exact
+    exactly (to the gradient tolerance ``tol``), starting from the exact
     temperature-scaling solution ``w = 1 / T, b = 0``, which it contains, so
-    the calibration NLL is never above temperature scaling's.
+    the calibration NLL is never above temperature scaling's. How the solver
+    works is described in :mod:`sklearn_calib._torch._affine`.
 
     Unlike temperature scaling, a per-class scale and bias can change the
     argmax, so accuracy may change (usually by a fraction of a percent, in
@@ -267,13 +265,8 @@ class VectorScaling(AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        mean weighted NLL is at most ``tol`` (with the Newton solver, also
-        when a Newton step predicts a decrease of the loss below ``tol / 100``).
-        float32 logits are processed in float32 until float32 rounding
-        dominates and in float64 after that, so any ``tol`` down to about
-        ``1e-10`` is reachable. Logits whose spread lies outside ``2**-32`` to
-        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
-        applies to that rescaled problem.
+        mean weighted NLL is at most ``tol``; any ``tol`` down to about
+        ``1e-10`` is reachable, float32 logits included.
 
     classes : array-like of shape (n_classes,), default=None
         The label of each logit column, in column order (for a single score
@@ -535,10 +528,9 @@ class MatrixScaling(AffineCalibrator):
         \frac{\lambda}{K(K-1)} \sum_{j \ne k} W_{jk}^2
         + \frac{\mu}{K} \sum_k b_k^2 .
 
-    The problem is convex. It is solved to a tight gradient tolerance, from
-    the exact temperature-scaling solution ``W = I / T, b = 0``: by Newton's
-    method for small problems (up to 10 classes), otherwise by L-BFGS
-    preconditioned with the exact Hessian block of each class.
+    The problem is convex. It is solved exactly (to the gradient tolerance
+    ``tol``) from the exact temperature-scaling solution ``W = I / T, b = 0``;
+    how the solver works is described in :mod:`sklearn_calib._torch._affine`.
 
     The map can change the argmax, so accuracy may change (in either
     direction); report it beside the calibration metrics.
@@ -568,12 +560,7 @@ class MatrixScaling(AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        penalised objective is at most ``tol`` and, with the Newton solver,
-        a Newton step predicts a decrease of the objective below
-        ``tol / 100``: in a flat valley the gradient can be tiny while the
-        optimum is still far. Logits whose spread lies outside ``2**-32`` to
-        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
-        applies to that rescaled problem.
+        penalised objective is at most ``tol``.
 
     classes : array-like of shape (n_classes,), default=None
         The label of each logit column, in column order (for a single score
@@ -642,8 +629,7 @@ class MatrixScaling(AffineCalibrator):
     penalty ``lambda`` give exactly the map of ``z`` with penalty
     ``lambda / c^2`` (``W`` divided by ``c``), so at ``c = 1e155`` the
     penalty on ``W`` has no effect and at ``c = 1e-300`` it keeps ``W``
-    diagonal. Extreme logits are solved as this exact equivalent problem, on
-    logits brought near 1 by a power of two.
+    diagonal.
 
     The ``K (K + 1)`` parameters limit the number of classes: above 4095
     (``2**24`` parameters) :meth:`fit` raises a ``ValueError`` rather than

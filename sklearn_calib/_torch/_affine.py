@@ -37,6 +37,7 @@ map is the same with theta_coef / c, and the off-diagonal penalty becomes
 rho c^2 (also a power of two), so the rescaled problem is exactly the stated
 one. Logits of 1e155 and beyond would otherwise square to infinity in the
 Hessian; logits of 1e-300 would leave every gradient below any tolerance.
+The calibrators' tol applies to that rescaled problem.
 
 Start. theta = (beta * identity, 0), beta the exact temperature-scaling
 solution of the same (masked) problem: a bracketed Newton iteration in
