@@ -395,7 +395,8 @@ class VectorScaling(AffineCalibrator):
         n_free = free_classes.shape[0]
         # When every frozen class lacks samples, a common shift of the free biases
         # is a ray (the frozen classes' probabilities fall for ever): their mean
-        # is held at 0, as in memory (see _torch._affine._Objective.freeze).
+        # is held at 0, as in memory (see AffineObjective.freeze in
+        # _torch._affine_objective).
         hold_bias_mean = bool(frozen.any()) and not bool((separable & frozen).any())
 
         def project(vector):
@@ -1460,7 +1461,7 @@ def _unidentified_classes(data):
     other, unless all of them are equal, or no other row sees the class).
     Returns (absent, separable), boolean arrays of shape (n_classes,).
     """
-    from .._torch._affine import unidentified_from_extremes
+    from .._torch._affine_objective import unidentified_from_extremes
 
     extremes = data.reduce(_separation_extremes, _combine_extremes)
     return unidentified_from_extremes(*np.split(extremes, 4))

@@ -94,7 +94,7 @@ class _StructuredScaling(AffineCalibrator):
         return features if mask is None else np.where(mask, 0.0, features)
 
     def _fit(self, logits, y, sample_weight):
-        from .._torch._affine import Penalty
+        from .._torch._affine_objective import Penalty
 
         temperature = TemperatureScaling(device=self.device)
         temperature._fit(logits, y, sample_weight)
