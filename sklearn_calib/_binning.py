@@ -35,7 +35,7 @@ from scipy.special import expit
 from sklearn.isotonic import IsotonicRegression
 
 from .base import BaseCalibrator
-from .metrics._calibration import uniform_bin_index
+from .metrics._bin_statistics import uniform_bin_index
 from .utils._compat import Interval, StrOptions
 from .utils._fitted_state import (
     check_state_array,

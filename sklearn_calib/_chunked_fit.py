@@ -36,7 +36,7 @@ from .metrics._accumulators import (
     _EqualMassSelection,
     digit_bits_for,
 )
-from .metrics._calibration import _block_top_label, _row_blocks, uniform_bin_index
+from .metrics._bin_statistics import block_top_label, row_blocks, uniform_bin_index
 from .utils._math import softmax
 from .utils._validation import (
     check_device,
@@ -789,8 +789,8 @@ def _histogram_groups(logits, codes, mode):
     proba = softmax(logits.astype(np.float64))
     if mode == "top_label":
         confidence = np.empty(proba.shape[0])
-        for rows in _row_blocks(*proba.shape):
-            confidence[rows] = _block_top_label(proba, rows, codes[rows])[0]
+        for rows in row_blocks(*proba.shape):
+            confidence[rows] = block_top_label(proba, rows, codes[rows])[0]
         return proba, [confidence]
     return proba, [proba[:, k] for k in range(proba.shape[1])]
 
@@ -823,7 +823,7 @@ def _add_open_classwise_sums(state, codes, proba, weights, mask):
     offsets = n_bins * np.arange(n_classes)
     # Flat views: class k's bin b is entry k * n_bins + b.
     count, hit = state.count.reshape(-1), state.hit.reshape(-1)
-    for rows in _row_blocks(n_rows, n_classes):
+    for rows in row_blocks(n_rows, n_classes):
         block = proba[rows]
         if state.bin_edges is None:
             index = uniform_bin_index(block, n_bins)

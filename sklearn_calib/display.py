@@ -9,12 +9,8 @@ from numbers import Integral
 
 import numpy as np
 
+from .metrics._bin_statistics import Binning, curve_from_statistics, ece_values
 from .metrics._bootstrap import resample_weights
-from .metrics._calibration import (
-    _Binning,
-    _ece_values,
-    curve_from_statistics,
-)
 from .metrics._selective import _statistics as _risk_coverage_statistics
 from .metrics._selective import aurc_from_statistics
 from .utils._compat import check_is_fitted
@@ -395,7 +391,7 @@ class ReliabilityDisplay:
         y_codes, y_prob, sample_weight, classes = check_metric_inputs(
             y_true, y_prob, sample_weight=sample_weight, labels=labels
         )
-        binning = _Binning(
+        binning = Binning(
             y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
         )
         stats = binning.statistics(sample_weight)
@@ -410,7 +406,7 @@ class ReliabilityDisplay:
             confidence=curve.confidence,
             count=curve.count,
             bin_edges=curve.bin_edges,
-            ece=float(_ece_values(stats)[0].mean()),
+            ece=float(ece_values(stats)[0].mean()),
             accuracy_low=low,
             accuracy_high=high,
             estimator_name=name,

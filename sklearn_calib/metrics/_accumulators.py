@@ -34,15 +34,15 @@ from ..utils._validation import (
     expand_binary_scores,
     to_numpy,
 )
-from ._calibration import (
-    _REDUCTIONS,
+from ._bin_statistics import (
+    REDUCTIONS,
     BinStatistics,
-    _block_top_label,
-    _row_blocks,
+    add_edge_statistics,
     add_uniform_statistics,
+    brier_decomposition_from_statistics,
     curve_from_statistics,
 )
-from ._proper import BrierDecomposition, _brier_losses, _log_losses
+from ._sample_losses import brier_losses, log_losses
 
 _MULTICLASS = ("top-label", "classwise")
 PROPER_SCORES = ("log_loss", "brier_score")
@@ -340,35 +340,6 @@ class _Accumulator:
 # --- binned metrics -------------------------------------------------------------
 
 
-def add_edge_statistics(count, score, hit, y_codes, y_prob, weights, inner, multiclass):
-    """Add the bin sums of some rows for given bin edges (bins ``(lo, hi]``).
-
-    ``inner`` (n_groups, n_bins - 1) holds the inner edges of each group; a
-    score equal to an edge belongs to the bin below it, as in the equal-mass
-    bins of the in-memory metrics. ``count`` etc. are (n_groups, n_bins).
-    """
-    n_samples, n_classes = y_prob.shape
-    n_bins = count.shape[1]
-    for rows in _row_blocks(n_samples, n_classes):
-        truth = y_codes[rows]
-        w = None if weights is None else weights[rows]
-        if multiclass == "top-label":
-            groups = [_block_top_label(y_prob, rows, truth)]
-        else:
-            block = y_prob[rows]
-            groups = [(block[:, k], truth == k) for k in range(n_classes)]
-        for g, (scores, hits) in enumerate(groups):
-            index = np.searchsorted(inner[g], scores, side="left")
-            if w is None:
-                count[g] += np.bincount(index, minlength=n_bins)
-                score[g] += np.bincount(index, weights=scores, minlength=n_bins)
-                hit[g] += np.bincount(index[hits], minlength=n_bins)
-            else:
-                count[g] += np.bincount(index, weights=w, minlength=n_bins)
-                score[g] += np.bincount(index, weights=w * scores, minlength=n_bins)
-                hit[g] += np.bincount(index, weights=w * hits, minlength=n_bins)
-
-
 class BinnedCalibrationAccumulator(_Accumulator):
     """Mergeable per-bin sums of the binned calibration metrics.
 
@@ -574,7 +545,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
             )
 
     def _value(self, reduction):
-        return float(_REDUCTIONS[reduction](self.statistics()).mean(axis=-1)[0])
+        return float(REDUCTIONS[reduction](self.statistics()).mean(axis=-1)[0])
 
     def expected_calibration_error(self):
         """Top-label ECE of the accumulated samples.
@@ -641,20 +612,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
             As :func:`~sklearn_calib.metrics.brier_score_decomposition`.
         """
         self._require("classwise", "brier_score_decomposition")
-        stats = self.statistics()
-        count, forecast, observed = stats.count[0], stats.score[0], stats.hit[0]
-        total = count.sum(axis=-1, keepdims=True)
-        base_rate = observed.sum(axis=-1, keepdims=True) / total
-        occupied = count > 0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_forecast = np.where(occupied, forecast / count, 0.0)
-            frequency = np.where(occupied, observed / count, 0.0)
-        reliability = np.sum(count * (mean_forecast - frequency) ** 2 / total)
-        resolution = np.sum(count * (frequency - base_rate) ** 2 / total)
-        uncertainty = np.sum(base_rate * (1 - base_rate))
-        return BrierDecomposition(
-            float(reliability), float(resolution), float(uncertainty)
-        )
+        return brier_decomposition_from_statistics(self.statistics())
 
     def calibration_curve(self):
         """Per-bin accuracy, mean score and weight: the reliability diagram.
@@ -796,9 +754,9 @@ class ProperScoreAccumulator(_Accumulator):
 
         self._state[0] += y_prob.shape[0] if weights is None else weights.sum()
         if "log_loss" in self.scores:
-            self._state[1] += total(_log_losses(y_codes, y_prob))
+            self._state[1] += total(log_losses(y_codes, y_prob))
         if "brier_score" in self.scores:
-            self._state[2] += total(_brier_losses(y_codes, y_prob))
+            self._state[2] += total(brier_losses(y_codes, y_prob))
 
     def _mean(self, index, name):
         if name not in self.scores:
@@ -969,7 +927,7 @@ def equal_mass_targets(total, n_bins, *, weighted, n_samples=None, shrink=0.0):
     """Cumulative weights that the equal-mass edges must reach.
 
     Unweighted: the ``ceil(b N / M)``-th smallest score, in integers, as
-    ``_equal_mass_edges`` of the in-memory metrics; weighted: ``b / M`` of
+    ``equal_mass_edges`` of the in-memory metrics; weighted: ``b / M`` of
     the total weight, as their weighted quantiles (``shrink`` scales the
     targets by ``1 - shrink``, as histogram binning's edges do).
     """

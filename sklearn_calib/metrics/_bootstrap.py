@@ -8,6 +8,7 @@ a whole slab at once (its binning, confidences and per-sample losses are
 computed once). Any other metric is called once per resample on the drawn rows.
 """
 
+from functools import partial
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -18,6 +19,8 @@ from ..utils._compat import Interval, validate_params
 from ..utils._validation import check_metric_inputs
 from . import _calibration as _cal
 from . import _proper, _smooth
+from ._bin_statistics import BinnedMetric
+from ._sample_losses import MeanLoss
 
 # Count matrices are built in slabs of about this many entries.
 _SLAB_ELEMENTS = 2**22
@@ -25,7 +28,7 @@ _SLAB_ELEMENTS = 2**22
 
 def _binned(**fixed):
     def factory(y_codes, y_prob, **params):
-        return _cal._BinnedMetric(y_codes, y_prob, **fixed, **params)
+        return BinnedMetric(y_codes, y_prob, **fixed, **params)
 
     return factory
 
@@ -38,9 +41,9 @@ _BATCHED = {
     _cal.maximum_calibration_error: _binned(reduction="mce"),
     _cal.rms_calibration_error: _binned(reduction="rms"),
     _cal.classwise_calibration_error: _binned(reduction="ece", multiclass="classwise"),
-    _smooth.smooth_calibration_error: _smooth._SmoothMetric,
-    _proper.log_loss: lambda y_codes, y_prob: _proper._LogLoss(y_codes, y_prob),
-    _proper.brier_score: lambda y_codes, y_prob: _proper._BrierScore(y_codes, y_prob),
+    _smooth.smooth_calibration_error: _smooth.SmoothMetric,
+    _proper.log_loss: partial(MeanLoss, "log_loss"),
+    _proper.brier_score: partial(MeanLoss, "brier_score"),
 }
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from scipy.special import digamma
 
 from ..utils._validation import check_metric_inputs, to_numpy
-from ._calibration import top_label
+from ._bin_statistics import top_label
 
 __all__ = [
     "RiskCoverageCurve",
