@@ -16,11 +16,11 @@ import sys
 import threading
 import time
 import warnings
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from ..utils._npy_files import npz_keys
 from . import _methods
 from ._common import CommandError, first_line, warning_lines
 from ._io import LABEL_KEYS
@@ -67,11 +67,9 @@ def array_names(path):
     npz = sorted(p for p in path.iterdir() if p.suffix.lower() == ".npz")
     if npz:
         try:
-            with zipfile.ZipFile(npz[0]) as archive:
-                members = archive.namelist()
-        except zipfile.BadZipFile as exc:
-            raise CommandError(f"{npz[0]}: not a .npz archive") from exc
-        return {m[: -len(".npy")] for m in members if m.endswith(".npy")}
+            return set(npz_keys(npz[0]))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
     return {
         re.sub(r"[_-]?\d+$", "", p.stem)
         for p in path.iterdir()
