@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..utils import _npy_files
+from ..utils._validation import is_torch_tensor, to_numpy
 from ._common import CommandError, first_line
 
 SUFFIXES = (".npy", ".npz", ".csv", ".parquet", ".pt")
@@ -117,12 +118,10 @@ class NpzArrays(Mapping):
 
 def read_pt(path):
     """The tensors of a .pt file, loaded with ``weights_only=True``."""
+    from .._torch._files import load_weights_only
+
     try:
-        import torch
-    except ImportError as exc:  # torch is a dependency, but be explicit
-        raise CommandError(f"{path}: reading .pt files needs torch") from exc
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
+        content = load_weights_only(path)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
         raise CommandError(
             f"{path}: cannot be read with torch.load(weights_only=True), which "
@@ -131,13 +130,9 @@ def read_pt(path):
         ) from exc
 
     def to_array(value, key):
-        if isinstance(value, torch.Tensor):
-            value = value.detach()
-            if value.dtype in (torch.float16, torch.bfloat16):
-                value = value.float()
-            return value.cpu().numpy()
-        if isinstance(value, np.ndarray):
-            return value
+        if is_torch_tensor(value) or isinstance(value, np.ndarray):
+            # float16 and bfloat16 become float32, as everywhere else.
+            return to_numpy(value)
         raise CommandError(
             f"{path}: {key} is a {type(value).__name__}, expected a tensor"
         )
