@@ -41,15 +41,25 @@ def _bootstrap_accuracy_band(
     return low, high
 
 
-def _fitted_probabilities(estimator, X, what):
-    """``estimator.predict_proba(X)``; a TypeError names what needs them."""
+def _from_estimator(display, estimator, X, y, name, what, kwargs):
+    """``display.from_predictions`` on ``estimator.predict_proba(X)``.
+
+    The estimator's ``classes_`` label the columns and its class name the
+    legend, unless given; a TypeError names ``what`` needs probabilities.
+    """
     check_is_fitted(estimator)
     if not hasattr(estimator, "predict_proba"):
         raise TypeError(
             f"{type(estimator).__name__} has no predict_proba; {what} needs "
             "predicted probabilities."
         )
-    return estimator.predict_proba(X)
+    kwargs.setdefault("labels", getattr(estimator, "classes_", None))
+    return display.from_predictions(
+        y,
+        estimator.predict_proba(X),
+        name=type(estimator).__name__ if name is None else name,
+        **kwargs,
+    )
 
 
 class ReliabilityDisplay:
@@ -443,12 +453,8 @@ class ReliabilityDisplay:
         -------
         display : ReliabilityDisplay
         """
-        kwargs.setdefault("labels", getattr(estimator, "classes_", None))
-        return cls.from_predictions(
-            y,
-            _fitted_probabilities(estimator, X, "a reliability diagram"),
-            name=type(estimator).__name__ if name is None else name,
-            **kwargs,
+        return _from_estimator(
+            cls, estimator, X, y, name, "a reliability diagram", kwargs
         )
 
 
@@ -672,10 +678,6 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        kwargs.setdefault("labels", getattr(estimator, "classes_", None))
-        return cls.from_predictions(
-            y,
-            _fitted_probabilities(estimator, X, "a risk-coverage curve"),
-            name=type(estimator).__name__ if name is None else name,
-            **kwargs,
+        return _from_estimator(
+            cls, estimator, X, y, name, "a risk-coverage curve", kwargs
         )

@@ -23,7 +23,7 @@ import numpy as np
 from ..utils._npy_files import npz_keys
 from . import _methods
 from ._common import CommandError, first_line, warning_lines
-from ._io import LABEL_KEYS
+from ._io import LABEL_KEYS, label_key, refuse_both
 from ._tables import COLUMNS, Progress
 
 # What ``report`` cannot compute over chunks, said in its output.
@@ -77,16 +77,6 @@ def array_names(path):
     }
 
 
-def _label_key(names, path):
-    found = [key for key in LABEL_KEYS if key in names]
-    if len(found) > 1:
-        raise CommandError(
-            f"{path}: ambiguous labels: the arrays {', '.join(found)} could each be "
-            "the labels; keep one"
-        )
-    return found[0] if found else None
-
-
 def _found(path, names):
     return (
         f"{path}: no logits found; expected arrays named logits with y or labels "
@@ -113,24 +103,16 @@ def _open(path, logits_key, y_key, progress, weight_key="sample_weight"):
         raise CommandError(f"{path}: cannot be read ({first_line(exc)})") from exc
 
 
-def _refuse_both(names, path, first, second, what):
-    if first in names and second in names:
-        raise CommandError(
-            f"{path}: holds both {first} and {second}; which {what} is ambiguous "
-            "(keep one)"
-        )
-
-
 def open_fit_data(path, progress=None):
     """Labelled chunks to fit on: ``logits`` with labels, else the val split."""
     names = array_names(path)
-    _refuse_both(names, path, "logits", "logits_val", "logits to fit on")
+    refuse_both(names, path, "logits", "logits_val", "logits to fit on")
     if "logits_val" in names:
         if "y_val" not in names:
             raise CommandError(f"{path}: logits_val has no y_val beside it")
         return _open(path, "logits_val", "y_val", progress, "sample_weight_val")
     if "logits" in names:
-        y_key = _label_key(names, path)
+        y_key = label_key(names, path, kind="arrays")
         if y_key is None:
             raise CommandError(
                 f"{path}: no labels; store them beside the logits under the name "
@@ -143,7 +125,7 @@ def open_fit_data(path, progress=None):
 def open_apply_data(path, progress=None):
     """Chunks of logits to calibrate: ``logits``, else ``logits_test``."""
     names = array_names(path)
-    _refuse_both(names, path, "logits", "logits_test", "logits to calibrate")
+    refuse_both(names, path, "logits", "logits_test", "logits to calibrate")
     for key in ("logits", "logits_test"):
         if key in names:
             return _open(path, key, None, progress)

@@ -36,6 +36,29 @@ LABEL_KEYS = ("y", "labels", "label")
 SPLIT_KEYS = {"val": ("logits_val", "y_val"), "test": ("logits_test", "y_test")}
 
 
+def label_key(names, path, *, kind="keys"):
+    """Which of ``names`` (a file's keys, a folder's arrays) holds the labels.
+
+    One of ``LABEL_KEYS``, or None; two of them are ambiguous.
+    """
+    found = [key for key in LABEL_KEYS if key in names]
+    if len(found) > 1:
+        raise CommandError(
+            f"{path}: ambiguous labels: the {kind} {', '.join(found)} could each "
+            "be the labels; keep one"
+        )
+    return found[0] if found else None
+
+
+def refuse_both(names, path, first, second, what):
+    """Refuse ``names`` holding both ``first`` and ``second`` (e.g. two logits)."""
+    if first in names and second in names:
+        raise CommandError(
+            f"{path}: holds both {first} and {second}; which {what} is ambiguous "
+            "(keep one)"
+        )
+
+
 def check_input_path(path):
     """``path`` as a Path, if it names an existing file of a supported type."""
     path = Path(path)
@@ -323,30 +346,12 @@ def _umask():
 def atomic_writer(path):
     """A binary file that becomes ``path`` only once written completely.
 
-    The data go to a temporary file in the same folder, renamed over
-    ``path`` at the end; on any error the temporary file is removed and
-    ``path`` is left as it was.
+    The data go to a temporary file in the same folder (:func:`atomic_path`),
+    renamed over ``path`` at the end; on any error the temporary file is
+    removed and ``path`` is left as it was.
     """
-    path = Path(path)
-    try:
-        fd, temporary = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.", suffix=".part"
-        )
-    except OSError as exc:
-        raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-        # mkstemp creates the file readable by its owner only; give it the
-        # permissions any new file of the user gets.
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(exc, OSError):
-            raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-        raise
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        yield handle
 
 
 @contextlib.contextmanager
@@ -366,6 +371,8 @@ def atomic_path(path):
     os.close(fd)
     try:
         yield Path(temporary)
+        # mkstemp creates the file readable by its owner only; give it the
+        # permissions any new file of the user gets.
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException as exc:

@@ -5,21 +5,24 @@ closed on the right, a score of exactly 0 in the first bin and exactly 1 in
 the last, empty bins skipped. ``strategy="quantile"`` places the inner edges
 at weighted quantiles of the scores instead, with the same ``(lo, hi]`` rule.
 
-This module holds kernels only (it imports no other module of
-:mod:`sklearn_calib.metrics`): the top-label confidence and correctness, the
-bin index of a score, the per-bin sums of weights, scores and outcomes
-(:class:`BinStatistics`, for one weight vector or for a whole matrix of
-bootstrap weights at once, see :class:`Binning`; for given edges, see
-:func:`add_edge_statistics`) and the reductions of those sums into the
-metrics (ECE, MCE, RMS, the reliability curve, Murphy's Brier terms). The
-accumulators of :mod:`sklearn_calib.metrics._accumulators` add chunks with
-the same kernels; the public functions, the bootstrap and
+This module holds kernels only (it imports nothing from the rest of
+:mod:`sklearn_calib.metrics`, only from :mod:`sklearn_calib.utils`): the
+top-label confidence and correctness, the bin index of a score, the per-bin
+sums of weights, scores and outcomes (:class:`BinStatistics`, for one weight
+vector or for a whole matrix of bootstrap weights at once, see
+:class:`Binning`; for given edges, see :func:`add_edge_statistics`) and the
+reductions of those sums into the metrics (ECE, MCE, RMS, the reliability
+curve, Murphy's Brier terms). The accumulators of
+:mod:`sklearn_calib.metrics._accumulators` add chunks with the same kernels;
+the public functions, the bootstrap and
 :class:`~sklearn_calib.display.ReliabilityDisplay` sit above both.
 """
 
 from typing import NamedTuple
 
 import numpy as np
+
+from ..utils._math import row_chunks
 
 # Row blocks of about this many probabilities stay in the L2 cache.
 _BLOCK_ELEMENTS = 2**17
@@ -31,9 +34,7 @@ _SLAB_ELEMENTS = 2**22
 
 def row_blocks(n_samples, n_classes):
     """Row slices of about ``_BLOCK_ELEMENTS`` probabilities each."""
-    step = max(1, _BLOCK_ELEMENTS // n_classes)
-    for start in range(0, n_samples, step):
-        yield slice(start, min(start + step, n_samples))
+    return row_chunks(n_samples, n_classes, max_elements=_BLOCK_ELEMENTS)
 
 
 def _class_major_block(y_prob, rows):
@@ -108,9 +109,7 @@ def uniform_bin_index(scores, n_bins):
 
 def slabs(n_rows, n_cols):
     """Row slices of a (n_rows, n_cols) weight matrix of bounded size."""
-    step = max(1, _SLAB_ELEMENTS // max(1, n_cols))
-    for start in range(0, n_rows, step):
-        yield slice(start, min(start + step, n_rows))
+    return row_chunks(n_rows, n_cols, max_elements=_SLAB_ELEMENTS)
 
 
 def _rowwise_searchsorted(rows, values):

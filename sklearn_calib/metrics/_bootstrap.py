@@ -19,11 +19,8 @@ from ..utils._compat import Interval, validate_params
 from ..utils._validation import check_metric_inputs
 from . import _calibration as _cal
 from . import _proper, _smooth
-from ._bin_statistics import BinnedMetric
+from ._bin_statistics import BinnedMetric, slabs
 from ._sample_losses import MeanLoss
-
-# Count matrices are built in slabs of about this many entries.
-_SLAB_ELEMENTS = 2**22
 
 
 def _binned(**fixed):
@@ -54,10 +51,8 @@ def resample_indices(n_samples, n_resamples, random_state):
     resamples on every machine.
     """
     rng = check_random_state(random_state)
-    step = max(1, _SLAB_ELEMENTS // n_samples)
-    for start in range(0, n_resamples, step):
-        size = min(step, n_resamples - start)
-        yield rng.randint(0, n_samples, size=(size, n_samples))
+    for rows in slabs(n_resamples, n_samples):
+        yield rng.randint(0, n_samples, size=(rows.stop - rows.start, n_samples))
 
 
 def counts_of(indices, n_samples):

@@ -1,13 +1,15 @@
 """Per-sample losses of the proper scoring rules: the log loss and the Brier score.
 
-Kernels only (this module imports no other module of
-:mod:`sklearn_calib.metrics`): both scores are weighted means of these
-per-sample losses, so the accumulators add them chunk by chunk and, under a
-whole matrix of bootstrap weights at once, a score is one matrix-vector
-product (:class:`MeanLoss`).
+Kernels only (this module imports nothing from the rest of
+:mod:`sklearn_calib.metrics`, only from :mod:`sklearn_calib.utils`): both
+scores are weighted means of these per-sample losses, so the accumulators add
+them chunk by chunk and, under a whole matrix of bootstrap weights at once, a
+score is one matrix-vector product (:class:`MeanLoss`).
 """
 
 import numpy as np
+
+from ..utils._math import row_chunks
 
 # Rows per block when a per-sample loss reads the whole probability array.
 _BLOCK_ELEMENTS = 2**18
@@ -34,10 +36,9 @@ def brier_losses(y_codes, y_prob):
     """Per-sample ``sum_k (q_ik - 1[y_i = k])^2 = sum_k q_ik^2 - 2 q_{i,y_i} + 1``."""
     n_samples, n_classes = y_prob.shape
     squares = np.empty(n_samples)
-    step = max(1, _BLOCK_ELEMENTS // n_classes)
-    for start in range(0, n_samples, step):
-        block = y_prob[start : start + step].astype(np.float64)
-        squares[start : start + step] = np.einsum("ij,ij->i", block, block)
+    for rows in row_chunks(n_samples, n_classes, max_elements=_BLOCK_ELEMENTS):
+        block = y_prob[rows].astype(np.float64)
+        squares[rows] = np.einsum("ij,ij->i", block, block)
     return squares - 2 * _true_class_proba(y_prob, y_codes) + 1
 
 

@@ -6,7 +6,11 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import digamma
 
-from ..utils._validation import check_metric_inputs, to_numpy
+from ..utils._validation import (
+    as_numpy_array,
+    check_labels_per_row,
+    check_metric_inputs,
+)
 from ._bin_statistics import top_label
 
 __all__ = [
@@ -50,14 +54,9 @@ class _Statistics(NamedTuple):
 
 
 def _check_confidence(confidence, n_samples):
-    confidence = np.asarray(to_numpy(confidence))
-    if confidence.ndim == 2 and confidence.shape[1] == 1:
-        confidence = confidence[:, 0]
-    if confidence.ndim != 1 or confidence.shape[0] != n_samples:
-        raise ValueError(
-            f"confidence must hold one value per sample ({n_samples}); got shape "
-            f"{confidence.shape}."
-        )
+    confidence = check_labels_per_row(
+        as_numpy_array(confidence), n_samples, name="confidence", rows_of="y_prob"
+    )
     if not np.issubdtype(confidence.dtype, np.number) or confidence.dtype == bool:
         raise TypeError(f"confidence must hold numbers, got dtype {confidence.dtype}.")
     confidence = confidence.astype(np.float64, copy=False)
