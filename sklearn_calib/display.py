@@ -11,8 +11,7 @@ import numpy as np
 
 from .metrics._bin_statistics import Binning, curve_from_statistics, ece_values
 from .metrics._bootstrap import resample_weights
-from .metrics._selective import _statistics as _risk_coverage_statistics
-from .metrics._selective import aurc_from_statistics
+from .metrics._selective import aurc_from_statistics, risk_coverage_statistics
 from .utils._compat import check_is_fitted
 from .utils._validation import check_metric_inputs
 
@@ -629,7 +628,7 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        stats = _risk_coverage_statistics(
+        stats = risk_coverage_statistics(
             y_true, y_prob, confidence, sample_weight, labels
         )
         area, _ = aurc_from_statistics(stats)

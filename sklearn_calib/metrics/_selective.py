@@ -65,7 +65,7 @@ def _check_confidence(confidence, n_samples):
     return confidence
 
 
-def _selective_statistics(y_codes, y_prob, confidence, sample_weight):
+def selective_statistics(y_codes, y_prob, confidence, sample_weight):
     """Group the samples by decreasing confidence and sum weights and errors."""
     top_confidence, correct = top_label(y_prob, y_codes)
     if confidence is None:
@@ -125,11 +125,12 @@ def aurc_from_statistics(stats):
     return area, area - ideal
 
 
-def _statistics(y_true, y_prob, confidence, sample_weight, labels):
+def risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels):
+    """:func:`selective_statistics` of unvalidated metric inputs."""
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    return _selective_statistics(y_codes, y_prob, confidence, sample_weight)
+    return selective_statistics(y_codes, y_prob, confidence, sample_weight)
 
 
 def risk_coverage_curve(
@@ -174,7 +175,7 @@ def risk_coverage_curve(
     >>> curve.thresholds.tolist()
     [0.9, 0.8, 0.7, 0.6]
     """
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     return RiskCoverageCurve(
         coverage=stats.cum_mass / stats.total,
         risk=stats.cum_loss / stats.cum_mass,
@@ -225,7 +226,7 @@ def aurc(y_true, y_prob, *, confidence=None, sample_weight=None, labels=None):
     >>> round(aurc([0, 1, 0, 1], y_prob), 6)   # (0 + 0 + 1/3 + 1/2) / 4
     0.208333
     """
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     return aurc_from_statistics(stats)[0]
 
 
@@ -273,7 +274,7 @@ def excess_aurc(y_true, y_prob, *, confidence=None, sample_weight=None, labels=N
     >>> round(excess_aurc([1, 1, 0, 0], y_prob), 6)
     0.375
     """
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     return aurc_from_statistics(stats)[1]
 
 
@@ -328,7 +329,7 @@ def selective_risk(
     0.5
     """
     coverage = _check_fraction(coverage, "coverage")
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     accepted = coverage * stats.total
     group = int(np.searchsorted(stats.cum_mass, accepted * (1 - 1e-12), side="left"))
     group = min(group, len(stats.mass) - 1)
@@ -382,7 +383,7 @@ def coverage_at_risk(
     """
     if isinstance(risk, bool) or not isinstance(risk, Real) or not 0 <= risk <= 1:
         raise ValueError(f"risk must be a float in [0, 1], got {risk!r}.")
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     rates = stats.cum_loss / stats.cum_mass
     # Rates are ratios of sums: a slack of a few ulps keeps a rate equal to
     # ``risk`` in exact arithmetic on the accepted side.
