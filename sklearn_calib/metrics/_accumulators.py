@@ -30,6 +30,7 @@ from ..utils._validation import (
     check_labels_per_row,
     check_masked_logits,
     check_probabilities,
+    check_true_labels,
     encode_metric_labels,
     expand_binary_scores,
     to_numpy,
@@ -146,24 +147,13 @@ class _Accumulator:
 
     def _check_chunk(self, y_true, y_prob, sample_weight):
         y_prob = _as_array(y_prob)
-        y_true = _as_array(y_true)
-        if y_true.ndim == 2 and y_true.shape[1] == 1:
-            y_true = y_true[:, 0]
-        if y_true.ndim != 1:
-            raise ValueError(
-                f"y_true must be 1-D (one label per sample); got shape {y_true.shape}."
-            )
         if y_prob.ndim in (1, 2) and y_prob.shape[0] == 0:
             # An empty chunk adds nothing; its width is checked when known.
             n_cols = 2 if y_prob.ndim == 1 or y_prob.shape[1] == 1 else y_prob.shape[1]
             y_prob = np.empty((0, n_cols))
         else:
             y_prob = check_probabilities(y_prob)
-        if y_true.shape[0] != y_prob.shape[0]:
-            raise ValueError(
-                "y_true and y_prob have inconsistent numbers of samples: "
-                f"{y_true.shape[0]} and {y_prob.shape[0]}."
-            )
+        y_true = check_true_labels(y_true, y_prob.shape[0])
         return self._encode(y_true, y_prob, sample_weight)
 
     def _check_logits_chunk(
