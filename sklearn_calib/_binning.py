@@ -28,21 +28,29 @@ unmasked calibration sample keeps the identity map (isotonic) or the bin
 mid-points (histogram): no data, no correction.
 """
 
+import functools
 from numbers import Integral
 
 import numpy as np
 from scipy.special import expit
 from sklearn.isotonic import IsotonicRegression
 
+from ._chunks.quantiles import EqualMassSelection, digit_bits_for
 from .base import BaseCalibrator
-from .metrics._bin_statistics import uniform_bin_index
+from .metrics._accumulators import BinnedCalibrationAccumulator
+from .metrics._bin_statistics import (
+    BLOCK_ELEMENTS,
+    block_top_label,
+    uniform_bin_index,
+)
 from .utils._compat import Interval, StrOptions
 from .utils._fitted_state import (
     check_state_array,
     check_state_list,
     fail_state,
 )
-from .utils._math import softmax
+from .utils._math import row_blocks, softmax
+from .utils._validation import mask_of
 
 PROBA_FLOOR = 1e-12
 
@@ -524,6 +532,60 @@ class HistogramBinning(BaseCalibrator):
             # counts are reported in the caller's units.
             self.bin_counts_[m] = mass * sample_weight.max()
 
+    def _fit_chunked(self, data):
+        """The exact fit from chunks: bin sums, equal-mass edges by selection."""
+        n_bins = self.n_bins
+        multiclass = "top-label" if self.mode == "top_label" else "classwise"
+        n_maps = 1 if self.mode == "top_label" else data.n_classes
+        bin_edges = None
+        if self.strategy == "quantile":
+            # The in-memory edges: smallest score whose cumulative weight reaches
+            # W * b / M * (1 - 1e-12) (HistogramBinning._edges); W is the weight
+            # of the rows where the class is open (masked entries are left out).
+            if self.mode == "top_label":
+                mass = np.array([data.total_weight])
+            else:
+                mass = data.open_weight
+            fractions = np.arange(1, n_bins) / n_bins * (1 - 1e-12)
+            targets = mass[:, None] * fractions
+            if n_bins == 1:
+                bin_edges = np.tile([0.0, 1.0], (n_maps, 1))
+            else:
+                selection = EqualMassSelection(
+                    targets, np.uint64, digit_bits_for(targets.size)
+                )
+                while not selection.done:
+                    _, bits = selection.digit_range()
+                    hist = data.reduce(
+                        functools.partial(
+                            _selection_histograms,
+                            selection=selection,
+                            mode=self.mode,
+                        )
+                    )
+                    selection.advance(hist.reshape(n_maps, n_bins - 1, 1 << bits))
+                bin_edges = selection.edges()
+                # A class masked in every row has no data: equal-width edges, as
+                # in memory.
+                bin_edges[~(mass > 0)] = np.linspace(0.0, 1.0, n_bins + 1)
+        template = BinnedCalibrationAccumulator(
+            n_bins=n_bins, multiclass=multiclass, bin_edges=bin_edges
+        )
+        vector = data.reduce(
+            functools.partial(
+                _histogram_sums, mode=self.mode, n_bins=n_bins, bin_edges=bin_edges
+            )
+        )
+        state = template.from_vector(vector, data.n_classes)
+        edges = np.array(state._group_edges())
+        mass, hits = state.count, state.hit
+        midpoints = 0.5 * (edges[:, :-1] + edges[:, 1:])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            values = np.where(mass > 0, hits / mass, midpoints)
+        self.bin_edges_ = edges
+        self.bin_values_ = values
+        self.bin_counts_ = mass.copy()
+
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)
         masked = _masked_classes(logits)
@@ -543,3 +605,76 @@ class HistogramBinning(BaseCalibrator):
                 ]
             )
         return _finish(calibrated, proba, masked)
+
+
+# --- the chunked fit of HistogramBinning: bin sums over chunks --------------------
+
+
+def _histogram_groups(logits, codes, mode):
+    """The binned scores of histogram binning: float64 softmax, top label or columns."""
+    proba = softmax(logits.astype(np.float64))
+    if mode == "top_label":
+        confidence = np.empty(proba.shape[0])
+        for rows in row_blocks(*proba.shape, max_elements=BLOCK_ELEMENTS):
+            confidence[rows] = block_top_label(proba, rows, codes[rows])[0]
+        return proba, [confidence]
+    return proba, [proba[:, k] for k in range(proba.shape[1])]
+
+
+def _histogram_sums(logits, codes, weights, *, mode, n_bins, bin_edges):
+    multiclass = "top-label" if mode == "top_label" else "classwise"
+    state = BinnedCalibrationAccumulator(
+        n_bins=n_bins, multiclass=multiclass, bin_edges=bin_edges
+    )
+    proba = softmax(logits.astype(np.float64)) if logits.shape[0] else logits
+    mask = mask_of(logits) if mode != "top_label" else None
+    if mask is None:
+        state._update_validated(codes, proba.astype(np.float64), weights)
+    else:
+        state._update_validated(codes, proba[:0], weights[:0])
+        _add_open_classwise_sums(state, codes, proba, weights, mask)
+    return state.to_vector()
+
+
+def _add_open_classwise_sums(state, codes, proba, weights, mask):
+    """Class-wise bin counts and hits over the rows where each class is open.
+
+    In memory, class k's histogram is fitted on the rows where k is not
+    masked: a masked entry enters here with weight 0 (adding 0.0 changes no
+    sum), and so does a row's hit when its own class is masked.
+    """
+    n_rows, n_classes = proba.shape
+    n_bins = state.n_bins
+    edges = state._group_edges()[:, 1:-1]
+    offsets = n_bins * np.arange(n_classes)
+    # Flat views: class k's bin b is entry k * n_bins + b.
+    count, hit = state.count.reshape(-1), state.hit.reshape(-1)
+    for rows in row_blocks(n_rows, n_classes, max_elements=BLOCK_ELEMENTS):
+        block = proba[rows]
+        if state.bin_edges is None:
+            index = uniform_bin_index(block, n_bins)
+        else:
+            index = np.column_stack(
+                [
+                    np.searchsorted(edges[k], block[:, k], side="left")
+                    for k in range(n_classes)
+                ]
+            )
+        index += offsets
+        open_weight = np.where(mask[rows], 0.0, weights[rows, None])
+        count += np.bincount(index.ravel(), open_weight.ravel(), count.shape[0])
+        rows_index = np.arange(block.shape[0])
+        truth = codes[rows]
+        hit += np.bincount(
+            index[rows_index, truth], open_weight[rows_index, truth], hit.shape[0]
+        )
+    state.n_samples = n_rows
+
+
+def _selection_histograms(logits, codes, weights, *, selection, mode):
+    _, groups = _histogram_groups(logits, codes, mode)
+    mask = mask_of(logits) if mode != "top_label" else None
+    if mask is not None:
+        # Class k's edges are those of the rows where k is open.
+        weights = [np.where(mask[:, k], 0.0, weights) for k in range(len(groups))]
+    return selection.pass_histograms(groups, weights).ravel()

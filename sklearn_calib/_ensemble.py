@@ -20,7 +20,7 @@ from .utils._fitted_state import (
     check_state_int,
     fail_state,
 )
-from .utils._math import log_softmax, row_chunks, scale_logits
+from .utils._math import log_softmax, row_blocks, scale_logits
 
 # The uniform component alone ties every class. Its weight is capped below 1
 # so that the mix always keeps the ranking of the logits (and so the argmax):
@@ -57,7 +57,7 @@ def _true_class_matrix(logits, y, temperature):
     """(n, 3) probabilities of the true class under each component, float64."""
     rows = np.arange(logits.shape[0])
     P = np.empty((logits.shape[0], 3))
-    for chunk in row_chunks(*logits.shape):
+    for chunk in row_blocks(*logits.shape):
         block = np.asarray(logits[chunk], dtype=np.float64)
         for j, part in enumerate(component_log_proba(block, temperature)):
             P[chunk, j] = np.exp(part[rows[: block.shape[0]], y[chunk]])
@@ -72,7 +72,7 @@ def _brier_moments(logits, y, v, temperature):
     """
     A = np.zeros((3, 3))
     b = np.zeros(3)
-    for chunk in row_chunks(*logits.shape):
+    for chunk in row_blocks(*logits.shape):
         block = np.asarray(logits[chunk], dtype=np.float64)
         parts = [np.exp(p) for p in component_log_proba(block, temperature)]
         weight = v[chunk]

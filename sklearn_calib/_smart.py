@@ -1,5 +1,6 @@
 """SMART: a per-sample temperature predicted from the logit margin."""
 
+import functools
 import warnings
 from numbers import Integral, Real
 
@@ -15,7 +16,7 @@ from .utils._fitted_state import (
     check_state_list,
 )
 from .utils._math import scale_logits
-from .utils._validation import check_device
+from .utils._validation import check_device, check_true_class_unmasked
 
 # Below this (effective) number of calibration samples, about 67 per soft bin
 # at the default 15 bins, SMART's per-margin temperatures fit noise: fitted on
@@ -76,16 +77,11 @@ def check_smart_rows(logits, y, loss, *, of=""):
             "to be finite. Rescale the logits (SMART is not scale "
             "invariant), or use TemperatureScaling."
         )
-    true_logit = logits[np.arange(logits.shape[0]), y]
-    if loss == "nll" and np.isneginf(true_logit).any():
-        row = int(np.flatnonzero(np.isneginf(true_logit))[0])
-        raise ValueError(
-            f"Sample {row}{of} is labelled with a class whose logit "
-            "is -inf (masked): its probability is 0 at every temperature, so the "
-            "'nll' loss is infinite. Unmask the class, drop the sample, or "
-            "use a calibration-error loss."
-        )
-    return margins, true_logit
+    if loss == "nll":
+        # The calibration-error losses read only the confidence: for them a
+        # masked true class is a wrong prediction like any other.
+        check_true_class_unmasked(logits, y, of=of)
+    return margins, logits[np.arange(logits.shape[0]), y]
 
 
 def _standardise(margins, mean, std):
@@ -386,6 +382,177 @@ class SMART(BaseCalibrator):
                 stacklevel=4,
             )
 
+    def _fit_chunked(self, data):
+        """SMART by mini-batch Adam over the chunks.
+
+        What changes against the full-batch fit: each Adam step sees one chunk
+        (its own soft-binned loss, weights normalised within the chunk), so the
+        gradient is that of a mini-batch, not of the whole calibration set; chunks
+        are visited in a shuffled order each epoch (dask sources; iterables in
+        their own order); the parameters kept are those with the lowest exact
+        full-data loss among the epoch boundaries (one extra pass each, at most
+        about ``_SMART_EVALUATIONS`` in all), not the best of every step. The
+        margin standardisation is exact. With a single chunk, the fit is the
+        full-batch one.
+        """
+        from sklearn.utils import check_random_state
+
+        from ._torch._chunked import (
+            SmartMiniBatchTrainer,
+            smart_chunk_sums,
+            smart_loss_from_sums,
+        )
+        from ._torch._device import resolve_device
+        from ._torch._smart import _one_cpu_thread, initial_parameters, seeded_generator
+
+        hidden_sizes = _check_hidden_sizes(self.hidden_sizes)
+        device = resolve_device(check_device(self.device))
+        n_chunks = data.n_chunks
+        if n_chunks == 1:
+            logits, codes, weights = data.gather(np.arange(data.n_samples))
+            self._fit(logits, codes, weights)
+            return
+        self._warn_effective_samples(data.total_weight**2 / data.weight_squares)
+        total, mean, m2 = data.reduce(
+            functools.partial(_margin_moments, loss=self.loss), _merge_moments
+        )
+        if not total > 0:
+            # Every row has a single finite logit: as in memory, no standardisation.
+            mean, m2, total = 0.0, 1.0, 1.0
+        self.margin_mean_ = mean
+        self.margin_std_ = max((m2 / total) ** 0.5, MARGIN_STD_FLOOR)
+        std = self.margin_std_
+
+        coefs, intercepts = initial_parameters(
+            hidden_sizes, seeded_generator(self.random_state)
+        )
+        trainer = SmartMiniBatchTrainer(
+            coefs,
+            intercepts,
+            loss=self.loss,
+            n_bins=self.n_bins,
+            sigma=self.sigma,
+            delta=self.delta,
+            lr=self.lr,
+            dtype=data.dtype,
+            device=device,
+        )
+
+        loss_options = {
+            "loss": self.loss,
+            "n_bins": self.n_bins,
+            "sigma": self.sigma,
+            "delta": self.delta,
+        }
+        rng = check_random_state(self.random_state)
+        order_rng = np.random.default_rng(rng.randint(2**31 - 1))
+        # One torch thread for the whole training, as in memory: the per-chunk
+        # operations are small, and on a busy machine more threads cost far more
+        # in synchronisation than they gain.
+        with _one_cpu_thread(device):
+            problem_bytes = 2 * data.n_samples * data.n_classes * data.dtype.itemsize
+            if problem_bytes <= _SMART_CACHE_BYTES:
+                # Small data: every chunk is prepared once and kept (the
+                # mini-batches are the same; only the re-reading is saved).
+                cached = [
+                    prepared
+                    for chunk in data.chunks()
+                    for prepared in [
+                        _smart_problem(
+                            *chunk,
+                            mean=mean,
+                            std=std,
+                            device=device,
+                            loss=self.loss,
+                        )
+                    ]
+                    if prepared[0] is not None
+                ]
+
+                def problems():
+                    while True:
+                        for index in order_rng.permutation(len(cached)):
+                            yield cached[index][0]
+
+                def full_loss():
+                    coefs, intercepts = trainer.parameters()
+                    sums = sum(
+                        smart_chunk_sums(
+                            problem, total, coefs, intercepts, **loss_options
+                        )
+                        for problem, total in cached
+                    )
+                    return smart_loss_from_sums(
+                        sums, data.total_weight, self.loss, self.delta
+                    )
+
+            else:
+
+                def problems():
+                    for chunk in data.shuffled_chunks(order_rng):
+                        problem, _ = _smart_problem(
+                            *chunk,
+                            mean=mean,
+                            std=std,
+                            device=device,
+                            loss=self.loss,
+                        )
+                        if problem is not None:
+                            yield problem
+
+                def full_loss():
+                    coefs, intercepts = trainer.parameters()
+                    sums = data.reduce(
+                        functools.partial(
+                            _smart_loss_sums,
+                            mean=mean,
+                            std=std,
+                            coefs=coefs,
+                            intercepts=intercepts,
+                            **loss_options,
+                        )
+                    )
+                    return smart_loss_from_sums(
+                        sums, data.total_weight, self.loss, self.delta
+                    )
+
+            fit = self._train_mini_batches(trainer, problems(), full_loss, n_chunks)
+        self.coefs_ = fit.coefs
+        self.intercepts_ = fit.intercepts
+        self.loss_curve_ = fit.loss_curve
+        self.best_loss_ = fit.best_loss
+        self.n_iter_ = fit.n_iter
+
+    def _train_mini_batches(self, trainer, problems, full_loss, n_chunks):
+        """Adam steps over the chunks, the exact loss at (some) epoch boundaries."""
+        # The full-data loss is evaluated at epoch boundaries, every few epochs
+        # when there are many (few chunks), so that the evaluations stay a
+        # fraction of the training's passes.
+        n_epochs = -(-self.max_iter // n_chunks)
+        every = n_chunks * max(1, -(-n_epochs // _SMART_EVALUATIONS))
+        epoch_losses = [full_loss()]
+        trainer.offer(epoch_losses[0])
+        best, best_step = epoch_losses[0], 0
+        for step in range(self.max_iter):
+            if step and step % every == 0:
+                epoch_losses.append(full_loss())
+                trainer.offer(epoch_losses[-1])
+                if epoch_losses[-1] < best - self.tol:
+                    best, best_step = epoch_losses[-1], step
+                if self.early_stopping and step - best_step >= max(
+                    self.n_iter_no_change, every
+                ):
+                    break
+            trainer.step(next(problems))
+        epoch_losses.append(full_loss())
+        trainer.offer(epoch_losses[-1])
+        fit = trainer.result(epoch_losses)
+        if not np.isfinite(fit.best_loss):
+            raise FloatingPointError(
+                "the SMART loss is not finite at any epoch boundary"
+            )
+        return fit
+
     def _check_fitted_state(self):
         super()._check_fitted_state()
         check_state_float(self, "margin_mean_")
@@ -470,3 +637,108 @@ class SMART(BaseCalibrator):
         return SmartModule(
             self.margin_mean_, self.margin_std_, self.coefs_, self.intercepts_
         )
+
+
+# --- the chunked fit of SMART: mini-batches over chunks ----------------------------
+
+# At most about this many evaluations of SMART's full-data loss per fit.
+_SMART_EVALUATIONS = 100
+# Chunks prepared for SMART's steps are kept when all of them take at most
+# this much memory (small data split into chunks); larger data is re-read.
+_SMART_CACHE_BYTES = 2**28
+
+
+def _smart_arrays(logits, codes, weights, loss):
+    """Rows with a positive weight, their margins, correctness and true gaps.
+
+    Checked and computed as in memory (``SMART._fit``): masked entries give
+    infinite margins (rows with one finite logit) and true gaps of -inf
+    (a masked true class, valid for the calibration-error losses).
+    """
+    keep = weights > 0
+    if not keep.all():
+        logits, codes, weights = logits[keep], codes[keep], weights[keep]
+    if logits.shape[0] == 0:
+        empty = np.empty(0)
+        return logits, codes, weights, empty, empty, empty
+    margins, true_logit = check_smart_rows(logits, codes, loss, of=" of a chunk")
+    rows = np.arange(logits.shape[0])
+    top = logits.argmax(axis=1)
+    correct = (top == codes).astype(np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        true_gap = true_logit.astype(np.float64) - logits[rows, top]
+    true_gap = np.maximum(true_gap, np.finfo(np.float64).min)  # -inf: masked
+    return logits, codes, weights, margins, correct, true_gap
+
+
+def _margin_moments(logits, codes, weights, *, loss):
+    """``(W, mean, M2)`` of the weighted finite margins of one chunk.
+
+    A row with a single finite logit (infinite margin) is one-hot at every
+    temperature and stays out of the standardisation, as in memory.
+    """
+    _, _, weights, margins, _, _ = _smart_arrays(logits, codes, weights, loss)
+    finite = np.isfinite(margins)
+    if not finite.all():
+        margins, weights = margins[finite], weights[finite]
+    total = float(weights.sum())
+    if not total > 0:
+        return (0.0, 0.0, 0.0)
+    mean = float(weights @ margins / total)
+    return (total, mean, float(weights @ (margins - mean) ** 2))
+
+
+def _merge_moments(a, b):
+    """Chan et al.'s pairwise update of weighted means and squared deviations."""
+    w_a, mean_a, m2_a = a
+    w_b, mean_b, m2_b = b
+    total = w_a + w_b
+    if total == 0:
+        return (0.0, 0.0, 0.0)
+    delta = mean_b - mean_a
+    mean = mean_a + delta * w_b / total
+    return (total, mean, m2_a + m2_b + delta * delta * w_a * w_b / total)
+
+
+def _smart_problem(logits, codes, weights, *, mean, std, device, loss):
+    from ._torch._chunked import smart_chunk_problem
+
+    logits, codes, weights, margins, correct, true_gap = _smart_arrays(
+        logits, codes, weights, loss
+    )
+    if logits.shape[0] == 0:
+        return None, 0.0
+    total = float(weights.sum())
+    problem = smart_chunk_problem(
+        logits, correct, weights, _standardise(margins, mean, std), true_gap, device
+    )
+    return problem, total
+
+
+def _smart_loss_sums(
+    logits, codes, weights, *, mean, std, coefs, intercepts, loss, n_bins, sigma, delta
+):
+    from ._torch._chunked import smart_chunk_sums
+
+    size = 1 if loss == "nll" else 2 * n_bins
+    problem, total = _smart_problem(
+        logits,
+        codes,
+        weights,
+        mean=mean,
+        std=std,
+        device="cpu",
+        loss=loss,
+    )
+    if problem is None:
+        return np.zeros(size)
+    return smart_chunk_sums(
+        problem,
+        total,
+        coefs,
+        intercepts,
+        loss=loss,
+        n_bins=n_bins,
+        sigma=sigma,
+        delta=delta,
+    )

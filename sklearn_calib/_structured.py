@@ -14,8 +14,8 @@ import numpy as np
 from ._scaling import (
     TemperatureScaling,
     _AffineCalibrator,
-    _mask_of,
     _mixing_inputs,
+    mask_of,
 )
 from .utils._compat import Interval, check_is_fitted
 from .utils._fitted_state import check_state_float
@@ -41,7 +41,7 @@ def structured_features(logits, temperature, mix_weight, mask=None):
     entries, or None when there are none) is computed when not given.
     """
     if mask is None:
-        mask = _mask_of(logits)
+        mask = mask_of(logits)
     scaled = scale_logits(np.asarray(logits, dtype=np.float64), 1.0 / temperature)
     log_p = log_softmax(scaled)
     allowed = logits.shape[1]
@@ -114,7 +114,7 @@ class _StructuredScaling(_AffineCalibrator):
             "diagonal": reg_diagonal,
             "off_diagonal": reg_off,
         }
-        mask = _mask_of(logits)
+        mask = mask_of(logits)
         # The objective adds reg * sum(theta^2); the solver's is 1/2 rho theta^2.
         penalty = Penalty(
             diagonal=2.0 * reg_diagonal,
@@ -142,7 +142,7 @@ class _StructuredScaling(_AffineCalibrator):
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
-        mask = _mask_of(logits)
+        mask = mask_of(logits)
         # The parameters are float64, and so is the map (features of float32
         # logits are float32, and promote).
         features = self._inputs(logits, mask)

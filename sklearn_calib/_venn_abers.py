@@ -21,7 +21,7 @@ import numpy as np
 from .base import BaseCalibrator
 from .utils._compat import StrOptions
 from .utils._fitted_state import check_state_array, fail_state
-from .utils._math import log_softmax
+from .utils._math import log_softmax, row_blocks
 
 # One-vs-one fits and predicts K (K - 1) / 2 binary problems: 4,950 pairs
 # (K = 100, 5,000 samples) took 12-18 s on a loaded 2-core machine, so 32,640
@@ -522,12 +522,6 @@ class VennAbersCalibration(BaseCalibrator):
         p1 = np.where(fixed, certain, self.p1_[position])
         return p0, p1
 
-    def _row_blocks(self, n_rows):
-        """Row slices keeping the (n_problems, rows) temporaries near 2**20 values."""
-        step = max(1, 2**20 // max(1, self.problems_.shape[0]))
-        for begin in range(0, n_rows, step):
-            yield slice(begin, min(begin + step, n_rows))
-
     def predict_interval(self, X):
         """The Venn-Abers probabilities ``p0 <= p1`` of every binary problem.
 
@@ -552,14 +546,20 @@ class VennAbersCalibration(BaseCalibrator):
         n_problems = self.problems_.shape[0]
         p0 = np.empty((logits.shape[0], n_problems))
         p1 = np.empty((logits.shape[0], n_problems))
-        for rows in self._row_blocks(logits.shape[0]):
+        # Row blocks keep the (n_problems, rows) temporaries near 2**20 values.
+        for rows in row_blocks(
+            logits.shape[0], self.problems_.shape[0], max_elements=2**20
+        ):
             lower, upper = self._bounds(logits[rows])
             p0[rows], p1[rows] = lower.T, upper.T
         return p0, p1
 
     def _calibrated_logits(self, logits):
         out = np.empty(logits.shape)
-        for rows in self._row_blocks(logits.shape[0]):
+        # Row blocks keep the (n_problems, rows) temporaries near 2**20 values.
+        for rows in row_blocks(
+            logits.shape[0], self.problems_.shape[0], max_elements=2**20
+        ):
             out[rows] = self._merged_log_proba(logits[rows])
         return out
 

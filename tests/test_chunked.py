@@ -13,6 +13,8 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.exceptions import NotFittedError
+from sklearn.utils.validation import check_is_fitted
 
 from sklearn_calib import (
     SMART,
@@ -23,7 +25,7 @@ from sklearn_calib import (
     TemperatureScaling,
     VectorScaling,
 )
-from sklearn_calib.chunked import apply_chunks, open_chunks
+from sklearn_calib.chunked import apply_chunks, fits_from_chunks, open_chunks
 from sklearn_calib.metrics import (
     chunked_calibration_report,
     expected_calibration_error,
@@ -358,6 +360,42 @@ def test_chunk_errors():
         TemperatureScaling(device="cpu").fit_chunks([(X[:0], y[:0])])
 
 
+def test_a_chunked_fit_that_raises_leaves_no_fitted_state():
+    # The first pass succeeds (three classes, three columns); PlattScaling's
+    # own fit then refuses a multiclass problem. Nothing may look fitted.
+    X, y = toy_logits(n_samples=100, n_classes=3)
+    platt = PlattScaling(device="cpu")
+    with pytest.raises(ValueError, match="Only binary"):
+        platt.fit_chunks([(X[:50], y[:50]), (X[50:], y[50:])])
+    for attribute in ("classes_", "n_features_in_", "coef_", "intercept_"):
+        assert not hasattr(platt, attribute)
+    with pytest.raises(NotFittedError):
+        check_is_fitted(platt)
+    # The same in memory: n_features_in_ is set last there too.
+    with pytest.raises(ValueError, match="Only binary"):
+        platt.fit(X, y)
+    with pytest.raises(NotFittedError):
+        check_is_fitted(platt)
+
+
+def test_fits_from_chunks_names_the_calibrators_with_a_chunked_fit():
+    from sklearn_calib.utils.discovery import all_calibrators
+
+    streaming = {name for name, cls in all_calibrators() if fits_from_chunks(cls())}
+    assert streaming == {
+        "HistogramBinning",
+        "PlattScaling",
+        "SMART",
+        "TemperatureScaling",
+        "VectorScaling",
+    }
+    X, y = toy_logits(n_samples=100, n_classes=3)
+    for name, cls in all_calibrators():
+        if name not in streaming:
+            with pytest.raises(TypeError, match="cannot be fitted from chunks"):
+                cls().fit_chunks([(X, y)])
+
+
 def test_unsupported_calibrators_read_a_memmap_into_memory(tmp_path):
     X, y = toy_logits(n_samples=300, n_classes=3, seed=9)
     np.save(tmp_path / "x.npy", X)
@@ -534,7 +572,7 @@ def test_apply_chunks_and_progress(tmp_path):
 
 def test_smart_streamed_and_cached_chunks_take_the_same_steps(monkeypatch):
     da = pytest.importorskip("dask.array")
-    import sklearn_calib._chunked_fit as chunked_fit
+    import sklearn_calib._smart as smart_module
 
     X, y = toy_logits(n_samples=3000, n_classes=5, seed=14, dtype=np.float64)
     X_dask = da.from_array(X, chunks=(1000, 5))
@@ -543,7 +581,7 @@ def test_smart_streamed_and_cached_chunks_take_the_same_steps(monkeypatch):
         warnings.simplefilter("ignore", UserWarning)  # few samples
         cached = SMART(**params).fit(X_dask, y)
         # Data too large to keep: every step reads its chunk again.
-        monkeypatch.setattr(chunked_fit, "_SMART_CACHE_BYTES", 0)
+        monkeypatch.setattr(smart_module, "_SMART_CACHE_BYTES", 0)
         streamed = SMART(**params).fit(X_dask, y)
     np.testing.assert_allclose(streamed.loss_curve_, cached.loss_curve_, rtol=1e-12)
     for a, b in zip(streamed.coefs_, cached.coefs_, strict=True):
@@ -562,7 +600,7 @@ def test_reduction_graph_is_linear_in_the_number_of_chunks():
 
     dask = pytest.importorskip("dask")
     da = pytest.importorskip("dask.array")
-    from sklearn_calib._chunks import DaskSource
+    from sklearn_calib._chunks.sources import DaskSource
 
     n_chunks = 400
     blocks = [

@@ -22,19 +22,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..utils._math import row_chunks
+from ..utils._math import row_blocks
 
 # Row blocks of about this many probabilities stay in the L2 cache.
-_BLOCK_ELEMENTS = 2**17
+BLOCK_ELEMENTS = 2**17
 # Up to this many classes, blocks are transposed into class-major copies.
 _TRANSPOSE_MAX_CLASSES = 48
 # Bootstrap weight matrices are processed in slabs of about this many entries.
 _SLAB_ELEMENTS = 2**22
-
-
-def row_blocks(n_samples, n_classes):
-    """Row slices of about ``_BLOCK_ELEMENTS`` probabilities each."""
-    return row_chunks(n_samples, n_classes, max_elements=_BLOCK_ELEMENTS)
 
 
 def _class_major_block(y_prob, rows):
@@ -90,7 +85,7 @@ def top_label(y_prob, y_codes):
     n_samples, n_classes = y_prob.shape
     confidence = np.empty(n_samples, dtype=y_prob.dtype)
     correct = np.empty(n_samples, dtype=bool)
-    for rows in row_blocks(n_samples, n_classes):
+    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
         confidence[rows], correct[rows] = block_top_label(y_prob, rows, y_codes[rows])
     return confidence, correct
 
@@ -109,7 +104,7 @@ def uniform_bin_index(scores, n_bins):
 
 def slabs(n_rows, n_cols):
     """Row slices of a (n_rows, n_cols) weight matrix of bounded size."""
-    return row_chunks(n_rows, n_cols, max_elements=_SLAB_ELEMENTS)
+    return row_blocks(n_rows, n_cols, max_elements=_SLAB_ELEMENTS)
 
 
 def _rowwise_searchsorted(rows, values):
@@ -269,7 +264,7 @@ def add_uniform_statistics(
     """
     n_samples, n_classes = y_prob.shape
     offsets = n_bins * np.arange(n_classes)[:, None]
-    for rows in row_blocks(n_samples, n_classes):
+    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
         truth = y_codes[rows]
         w = None if weights is None else weights[rows]
         if multiclass == "top-label":
@@ -463,7 +458,7 @@ def add_edge_statistics(count, score, hit, y_codes, y_prob, weights, inner, mult
     """
     n_samples, n_classes = y_prob.shape
     n_bins = count.shape[1]
-    for rows in row_blocks(n_samples, n_classes):
+    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
         truth = y_codes[rows]
         w = None if weights is None else weights[rows]
         if multiclass == "top-label":

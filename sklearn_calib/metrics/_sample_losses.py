@@ -9,10 +9,7 @@ score is one matrix-vector product (:class:`MeanLoss`).
 
 import numpy as np
 
-from ..utils._math import row_chunks
-
-# Rows per block when a per-sample loss reads the whole probability array.
-_BLOCK_ELEMENTS = 2**18
+from ..utils._math import row_blocks
 
 # The log loss clips the true-class probability to [LOG_LOSS_EPS, 1 - LOG_LOSS_EPS]
 # in float64, whatever the dtype of the probabilities: the same predictions then
@@ -36,7 +33,7 @@ def brier_losses(y_codes, y_prob):
     """Per-sample ``sum_k (q_ik - 1[y_i = k])^2 = sum_k q_ik^2 - 2 q_{i,y_i} + 1``."""
     n_samples, n_classes = y_prob.shape
     squares = np.empty(n_samples)
-    for rows in row_chunks(n_samples, n_classes, max_elements=_BLOCK_ELEMENTS):
+    for rows in row_blocks(n_samples, n_classes):
         block = y_prob[rows].astype(np.float64)
         squares[rows] = np.einsum("ij,ij->i", block, block)
     return squares - 2 * _true_class_proba(y_prob, y_codes) + 1

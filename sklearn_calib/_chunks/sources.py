@@ -21,20 +21,18 @@ imports and works without it.
 
 import functools
 import operator
-import uuid
 from collections.abc import Iterable
 
 import numpy as np
 
-from .utils._validation import check_labels_per_row
+from ..utils._validation import check_labels_per_row
+from .graph import reduction_graph
 
 # Rows per chunk when a memmap or .npy array is split: about this many bytes of
 # logits, so that the chunks in flight (one or two per thread) and their
 # temporaries stay far below a gigabyte, while a pass over 4 GB is a few
 # hundred tasks.
 DEFAULT_CHUNK_BYTES = 2**24
-# Children per combine task of the reduction tree.
-_TREE_WIDTH = 8
 
 
 def is_dask_array(obj):
@@ -74,40 +72,6 @@ def _has_dask():
 
 def default_chunk_rows(n_cols, itemsize):
     return max(1, DEFAULT_CHUNK_BYTES // max(1, n_cols * itemsize))
-
-
-def _combine_all(combine, *values):
-    return functools.reduce(combine, values)
-
-
-def _reduction_graph(keys, func, combine, dependencies):
-    """A delayed ``combine`` over ``func(*keys[i])`` of every chunk, as one layer.
-
-    ``keys[i]`` holds the keys (or None) of chunk ``i``'s blocks. The tasks
-    are written into a single graph layer: a task per chunk, then a balanced
-    tree of combine tasks with ``_TREE_WIDTH`` children each. Wrapping each
-    chunk in its own ``dask.delayed`` call instead would copy the layer table
-    of the inputs into every task's graph, which costs memory quadratic in the
-    number of chunks when the input has a layer per chunk (as
-    ``ChunkedDataset.to_dask`` arrays used to): 1 GB of graph for 2,400
-    chunks.
-    """
-    from dask.delayed import Delayed
-    from dask.highlevelgraph import HighLevelGraph
-
-    # A fresh name per reduction: the function differs from pass to pass.
-    name = f"calib-reduce-{uuid.uuid4().hex}"
-    layer = {(name, 0, i): (func, *chunk) for i, chunk in enumerate(keys)}
-    level, parts = 0, [(name, 0, i) for i in range(len(keys))]
-    while len(parts) > 1:
-        level += 1
-        groups = [parts[i : i + _TREE_WIDTH] for i in range(0, len(parts), _TREE_WIDTH)]
-        parts = []
-        for j, group in enumerate(groups):
-            layer[(name, level, j)] = (_combine_all, combine, *group)
-            parts.append((name, level, j))
-    graph = HighLevelGraph.from_collections(name, layer, dependencies=dependencies)
-    return Delayed(parts[0], graph, layer=name)
 
 
 def _as_numpy_labels(y):
@@ -176,7 +140,7 @@ class DaskSource:
         columns = [list(flatten(a.__dask_keys__())) for a in arrays]
         if self.sample_weight is None:
             columns.append([None] * len(columns[0]))
-        return _reduction_graph(list(zip(*columns, strict=True)), func, combine, arrays)
+        return reduction_graph(list(zip(*columns, strict=True)), func, combine, arrays)
 
     def reduce(self, func, combine=operator.add, *, gather=None):
         """``combine`` over ``func(X_chunk, y_chunk, w_chunk)`` of every chunk.
@@ -331,7 +295,7 @@ def _split_chunk(chunk):
     return X, y, w
 
 
-def _reiterable(chunks):
+def reiterable(chunks):
     """A factory of fresh iterators over ``chunks``, or a TypeError."""
     if callable(chunks) and not isinstance(chunks, Iterable):
         return chunks
@@ -387,7 +351,7 @@ def as_chunk_source(X, y=None, sample_weight=None, *, chunk_rows=None):
             )
         if hasattr(X, "to_dask") and _has_dask():
             return DaskSource(*X.to_dask())
-        source = SequentialSource(_reiterable(X))
+        source = SequentialSource(reiterable(X))
         # What a ChunkedDataset knows from its headers saves a pass.
         for attribute in ("n_cols", "dtype", "n_samples", "n_chunks"):
             if hasattr(X, attribute):
