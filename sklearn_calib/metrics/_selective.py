@@ -1,4 +1,7 @@
-"""Risk-coverage curve and AURC, published by :mod:`sklearn_calib.selective`."""
+"""Risk-coverage curve and AURC, published by :mod:`sklearn_calib.selective`.
+
+The public names are listed once, in :mod:`sklearn_calib.selective`.
+"""
 
 from numbers import Real
 from typing import NamedTuple
@@ -12,15 +15,6 @@ from ..utils._validation import (
     check_metric_inputs,
 )
 from ._bin_statistics import top_label
-
-__all__ = [
-    "RiskCoverageCurve",
-    "aurc",
-    "coverage_at_risk",
-    "excess_aurc",
-    "risk_coverage_curve",
-    "selective_risk",
-]
 
 
 class RiskCoverageCurve(NamedTuple):
