@@ -9,14 +9,9 @@ from numbers import Integral
 
 import numpy as np
 
+from .metrics._bin_statistics import Binning, curve_from_statistics, ece_values
 from .metrics._bootstrap import resample_weights
-from .metrics._calibration import (
-    _Binning,
-    _ece_values,
-    curve_from_statistics,
-)
-from .metrics._selective import _statistics as _risk_coverage_statistics
-from .metrics._selective import aurc_from_statistics
+from .metrics._selective import aurc_from_statistics, risk_coverage_statistics
 from .utils._compat import check_is_fitted
 from .utils._validation import check_metric_inputs
 
@@ -45,15 +40,25 @@ def _bootstrap_accuracy_band(
     return low, high
 
 
-def _fitted_probabilities(estimator, X, what):
-    """``estimator.predict_proba(X)``; a TypeError names what needs them."""
+def _from_estimator(display, estimator, X, y, name, what, kwargs):
+    """``display.from_predictions`` on ``estimator.predict_proba(X)``.
+
+    The estimator's ``classes_`` label the columns and its class name the
+    legend, unless given; a TypeError names ``what`` needs probabilities.
+    """
     check_is_fitted(estimator)
     if not hasattr(estimator, "predict_proba"):
         raise TypeError(
             f"{type(estimator).__name__} has no predict_proba; {what} needs "
             "predicted probabilities."
         )
-    return estimator.predict_proba(X)
+    kwargs.setdefault("labels", getattr(estimator, "classes_", None))
+    return display.from_predictions(
+        y,
+        estimator.predict_proba(X),
+        name=type(estimator).__name__ if name is None else name,
+        **kwargs,
+    )
 
 
 class ReliabilityDisplay:
@@ -395,7 +400,7 @@ class ReliabilityDisplay:
         y_codes, y_prob, sample_weight, classes = check_metric_inputs(
             y_true, y_prob, sample_weight=sample_weight, labels=labels
         )
-        binning = _Binning(
+        binning = Binning(
             y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
         )
         stats = binning.statistics(sample_weight)
@@ -410,7 +415,7 @@ class ReliabilityDisplay:
             confidence=curve.confidence,
             count=curve.count,
             bin_edges=curve.bin_edges,
-            ece=float(_ece_values(stats)[0].mean()),
+            ece=float(ece_values(stats)[0].mean()),
             accuracy_low=low,
             accuracy_high=high,
             estimator_name=name,
@@ -447,12 +452,8 @@ class ReliabilityDisplay:
         -------
         display : ReliabilityDisplay
         """
-        kwargs.setdefault("labels", getattr(estimator, "classes_", None))
-        return cls.from_predictions(
-            y,
-            _fitted_probabilities(estimator, X, "a reliability diagram"),
-            name=type(estimator).__name__ if name is None else name,
-            **kwargs,
+        return _from_estimator(
+            cls, estimator, X, y, name, "a reliability diagram", kwargs
         )
 
 
@@ -627,7 +628,7 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        stats = _risk_coverage_statistics(
+        stats = risk_coverage_statistics(
             y_true, y_prob, confidence, sample_weight, labels
         )
         area, _ = aurc_from_statistics(stats)
@@ -676,10 +677,6 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        kwargs.setdefault("labels", getattr(estimator, "classes_", None))
-        return cls.from_predictions(
-            y,
-            _fitted_probabilities(estimator, X, "a risk-coverage curve"),
-            name=type(estimator).__name__ if name is None else name,
-            **kwargs,
+        return _from_estimator(
+            cls, estimator, X, y, name, "a risk-coverage curve", kwargs
         )

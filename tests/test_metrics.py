@@ -20,8 +20,8 @@ from sklearn_calib.metrics import (
     rms_calibration_error,
     smooth_calibration_error,
 )
+from sklearn_calib.metrics._bin_statistics import top_label
 from sklearn_calib.metrics._bootstrap import counts_of, resample_indices
-from sklearn_calib.metrics._calibration import top_label
 from sklearn_calib.metrics._report import REPORT_METRICS
 from sklearn_calib.utils.discovery import all_metrics
 

@@ -13,9 +13,9 @@ import numpy as np
 from .._chunks.quantiles import EqualMassSelection, digit_bits_for
 from ..base import BaseCalibrator
 from ..metrics._accumulators import BinnedCalibrationAccumulator
-from ..metrics._calibration import (
+from ..metrics._bin_statistics import (
     BLOCK_ELEMENTS,
-    _block_top_label,
+    block_top_label,
     uniform_bin_index,
 )
 from ..utils._compat import Interval, StrOptions
@@ -282,7 +282,7 @@ def _histogram_groups(logits, codes, mode):
     if mode == "top_label":
         confidence = np.empty(proba.shape[0])
         for rows in row_blocks(*proba.shape, max_elements=BLOCK_ELEMENTS):
-            confidence[rows] = _block_top_label(proba, rows, codes[rows])[0]
+            confidence[rows] = block_top_label(proba, rows, codes[rows])[0]
         return proba, [confidence]
     return proba, [proba[:, k] for k in range(proba.shape[1])]
 

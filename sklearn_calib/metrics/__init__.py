@@ -18,9 +18,9 @@ losses.
 """
 
 from ._accumulators import BinnedCalibrationAccumulator, ProperScoreAccumulator
+from ._bin_statistics import BrierDecomposition, CalibrationCurve
 from ._bootstrap import BootstrapInterval, bootstrap_interval
 from ._calibration import (
-    CalibrationCurve,
     adaptive_calibration_error,
     calibration_curve,
     classwise_calibration_error,
@@ -29,12 +29,7 @@ from ._calibration import (
     rms_calibration_error,
 )
 from ._chunked import chunked_calibration_report, equal_mass_bin_edges
-from ._proper import (
-    BrierDecomposition,
-    brier_score,
-    brier_score_decomposition,
-    log_loss,
-)
+from ._proper import brier_score, brier_score_decomposition, log_loss
 from ._report import calibration_report
 from ._scorer import (
     get_scorer,
