@@ -66,8 +66,8 @@ class ReliabilityDisplay:
     Multiclass predictions are shown top-label by default (the confidence
     ``max_k q_ik`` against correctness) or class-wise on request (each
     class's probability against the frequency of that class). Optional
-    bootstrap or binomial bands show the per-bin uncertainty of the accuracy. Several
-    calibrators are compared by drawing them on the same axes.
+    bootstrap or binomial bands show the per-bin uncertainty of the accuracy.
+    Several calibrators are compared by drawing them on the same axes.
 
     The bins are those of every binned metric of :mod:`sklearn_calib.metrics`
     (``(b/M, (b+1)/M]``, 0 in the first bin, 1 in the last).

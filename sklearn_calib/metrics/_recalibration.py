@@ -290,7 +290,9 @@ def _scalar(value):
 def _stack(results, names, cls):
     if names == [None]:
         return cls(*(_scalar(v) for v in results[0]))
-    return cls(*(np.array(column, dtype=float) for column in zip(*results)))
+    return cls(
+        *(np.array(column, dtype=float) for column in zip(*results, strict=True))
+    )
 
 
 @validate_params(
@@ -378,9 +380,7 @@ def logistic_calibration(
     >>> bool(result.slope_low < 1 < result.slope_high)
     True
     """
-    problems, names = binary_problems(
-        y_true, y_prob, sample_weight, labels, multiclass
-    )
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
     results = [
         _logistic_calibration_one(p, y, w, interval, confidence_level)
         for p, y, w in problems
@@ -454,9 +454,7 @@ def spiegelhalter_test(
     >>> round(result.statistic, 4), round(result.pvalue, 4)
     (0.3536, 0.7237)
     """
-    problems, names = binary_problems(
-        y_true, y_prob, sample_weight, labels, multiclass
-    )
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
     results = [_spiegelhalter_one(p, y, w) for p, y, w in problems]
     return _stack(results, names, CalibrationTest)
 
@@ -563,9 +561,7 @@ def hosmer_lemeshow_test(
     >>> result.dof
     8
     """
-    problems, names = binary_problems(
-        y_true, y_prob, sample_weight, labels, multiclass
-    )
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
     results = [_hosmer_lemeshow_one(p, y, w, n_groups) for p, y, w in problems]
     return _stack(results, names, HosmerLemeshowTest)
 
@@ -623,8 +619,6 @@ def cox_calibration_test(
     >>> round(result.statistic, 4)
     0.9762
     """
-    problems, names = binary_problems(
-        y_true, y_prob, sample_weight, labels, multiclass
-    )
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
     results = [_cox_one(p, y, w) for p, y, w in problems]
     return _stack(results, names, CalibrationTest)
