@@ -55,8 +55,10 @@ def val_prob_statistics(p, y, w, joint):
     use the likelihood ratios of R's code: D's chi-square compares the
     predictions taken as they are (intercept 0, slope 1) with the null
     model, U's the recalibrated fit with the predictions as they are.
-    Emax, E90 and Eavg are those of ``lowess(p, y, iter = 0)``. R 6.5 of
-    rms prints NA for D:p; here it is the chi-square(1) tail of D:Chi-sq.
+    Emax, E90 and Eavg are those of ``lowess(p, y, iter = 0)``. As rms
+    does, C and Dxy rank the probabilities truncated to multiples of 0.0002.
+    rms 6.5 prints NA for D:p; here it is the chi-square(1) tail of
+    D:Chi-sq.
     """
     n = float(np.sum(w))
     x = clipped_logit(p)
@@ -67,7 +69,10 @@ def val_prob_statistics(p, y, w, joint):
     deviance_as_is = -2 * log_likelihood(x, y, w)
     lr = null_deviance - deviance_as_is
     u_chisq = deviance_as_is + 2 * joint.loglik
-    auc = roc_auc_score(y, p, sample_weight=w)
+    # rms ranks the probabilities truncated to multiples of 0.0002 for its
+    # rank correlations (its Fortran tabulates them in 5001 cells):
+    # reproduced here; the report's C row is exact.
+    auc = roc_auc_score(y, np.floor(p * 5000), sample_weight=w)
     r2 = (1 - np.exp(-lr / n)) / (1 - np.exp(-null_deviance / n))
     d = (lr - 1) / n
     u = (u_chisq - 2) / n
@@ -269,6 +274,7 @@ def validation_report(
     curve = flexible_curve(
         p, y, w, span=span, degree=2, confidence_level=confidence_level
     )
+    auc = roc_auc_score(y, p, sample_weight=weights)
     cox = _cox_one(p, y, weights)
     spiegelhalter = _spiegelhalter_one(p, y, weights)
     hosmer = _hosmer_lemeshow_one(p, y, weights, n_groups)
@@ -308,8 +314,8 @@ def validation_report(
         _row("E50", curve.e50, note="loess"),
         _row("E90", curve.e90, note="loess"),
         _row("Emax", curve.emax, note="loess"),
-        _row("C (ROC)", vp["C (ROC)"], note="discrimination"),
-        _row("Dxy", vp["Dxy"], note="Somers' D: 2 (C - 1/2)"),
+        _row("C (ROC)", auc, note="discrimination: area under the ROC curve"),
+        _row("Dxy", 2 * auc - 1, note="Somers' D: 2 (C - 1/2)"),
         _row("R2", vp["R2"], note="Nagelkerke, of the predictions as they are"),
         _row("D", vp["D"], pvalue=vp["D:p"], note="discrimination index"),
         _row("U", vp["U"], pvalue=vp["U:p"], note="unreliability index"),
