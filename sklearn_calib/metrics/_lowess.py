@@ -21,22 +21,30 @@ def _lowest(x, y, w, x0, nleft, nright, data_range):
     stop = int(np.searchsorted(x, x0 + h9, side="right"))
     xs = x[nleft:stop]
     r = np.abs(xs - x0)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        weights = np.where(
-            r <= h1, 1.0, np.where(r <= h9, (1.0 - (r / h) ** 3) ** 3, 0.0)
-        )
-    weights = weights * w[nleft:stop]
+    if h > 0:
+        cube = r * (1.0 / h)
+        cube = 1.0 - cube * cube * cube
+        weights = cube * cube * cube
+    else:
+        weights = np.ones_like(r)
+    weights[r > h9] = 0.0
+    weights[r <= h1] = 1.0
+    if w is not None:
+        weights *= w[nleft:stop]
     total = weights.sum()
     if total <= 0:
         return None
-    weights = weights / total
+    ys = y[nleft:stop]
+    fitted = np.dot(weights, ys)
     if h > 0:
-        centre = np.dot(weights, xs)
-        spread = np.dot(weights, (xs - centre) ** 2)
+        centre = np.dot(weights, xs) / total
+        offset = xs - centre
+        weighted_offset = weights * offset
+        spread = np.dot(weighted_offset, offset) / total
         if np.sqrt(spread) > 0.001 * data_range:
             slope = (x0 - centre) / spread
-            weights = weights * (slope * (xs - centre) + 1.0)
-    return float(np.dot(weights, y[nleft:stop]))
+            fitted += slope * np.dot(weighted_offset, ys)
+    return float(fitted / total)
 
 
 def r_lowess(x, y, *, f=2 / 3, delta=None, weights=None):
@@ -62,7 +70,7 @@ def r_lowess(x, y, *, f=2 / 3, delta=None, weights=None):
     order = np.argsort(x, kind="stable")
     xs = np.asarray(x, dtype=np.float64)[order]
     ys = np.asarray(y, dtype=np.float64)[order]
-    w = np.ones_like(xs) if weights is None else np.asarray(weights, float)[order]
+    w = None if weights is None else np.asarray(weights, float)[order]
     n = xs.shape[0]
     fitted_sorted = np.empty(n)
     if n < 2:
