@@ -545,7 +545,7 @@ def _hosmer_lemeshow_one(p, y, w, n_groups):
 
     curve = calibration_curve(
         y, p, n_bins=n_groups, strategy="quantile", multiclass="classwise",
-        sample_weight=w, labels=[False, True],
+        sample_weight=None if np.all(w == 1) else w, labels=[False, True],
     )  # fmt: skip
     count = curve.count[1]
     occupied = count > 0
@@ -639,12 +639,13 @@ def hosmer_lemeshow_test(
     return _stack(results, names, HosmerLemeshowTest)
 
 
-def _cox_one(p, y, w):
+def _cox_one(p, y, w, joint=None):
     x = clipped_logit(p)
-    ones = np.ones_like(x)
-    joint = fit_logistic(
-        np.column_stack([ones, x]), y, w, np.zeros_like(x), start=[0.0, 1.0]
-    )
+    if joint is None:
+        ones = np.ones_like(x)
+        joint = fit_logistic(
+            np.column_stack([ones, x]), y, w, np.zeros_like(x), start=[0.0, 1.0]
+        )
     statistic = max(0.0, 2.0 * (joint.loglik - log_likelihood(x, y, w)))
     return CalibrationTest(statistic, float(stats.chi2.sf(statistic, 2)))
 

@@ -289,7 +289,7 @@ def validation_report(
         p, y, w, span=span, degree=2, confidence_level=confidence_level
     )
     auc = roc_auc_score(y, p, sample_weight=weights)
-    cox = _cox_one(p, y, weights)
+    cox = _cox_one(p, y, weights, joint)
     spiegelhalter = _spiegelhalter_one(p, y, weights)
     hosmer = _hosmer_lemeshow_one(p, y, weights, n_groups)
     binned = calibration_curve(
