@@ -10,6 +10,7 @@ from numbers import Integral
 import numpy as np
 
 from .metrics._bin_statistics import Binning, curve_from_statistics, ece_values
+from .metrics._binomial import BINOMIAL_METHODS, bin_accuracy_interval
 from .metrics._bootstrap import resample_weights
 from .metrics._selective import aurc_from_statistics, risk_coverage_statistics
 from .utils._compat import check_is_fitted
@@ -70,8 +71,8 @@ class ReliabilityDisplay:
     Multiclass predictions are shown top-label by default (the confidence
     ``max_k q_ik`` against correctness) or class-wise on request (each
     class's probability against the frequency of that class). Optional
-    bootstrap bands show the per-bin uncertainty of the accuracy. Several
-    calibrators are compared by drawing them on the same axes.
+    bootstrap or binomial bands show the per-bin uncertainty of the accuracy.
+    Several calibrators are compared by drawing them on the same axes.
 
     The bins are those of every binned metric of :mod:`sklearn_calib.metrics`
     (``(b/M, (b+1)/M]``, 0 in the first bin, 1 in the last).
@@ -103,7 +104,7 @@ class ReliabilityDisplay:
     line_ : matplotlib Line2D or list of Line2D
         The reliability curve (one per class in a class-wise diagram).
     band_ : matplotlib PolyCollection, list of them, or None
-        The bootstrap band(s), when intervals were computed.
+        The bootstrap or binomial band(s), when intervals were computed.
     gap_ : matplotlib LineCollection or None
         Vertical segments from each bin's accuracy to its confidence, when
         ``gap=True``.
@@ -336,6 +337,7 @@ class ReliabilityDisplay:
         n_bootstraps=0,
         confidence_level=0.95,
         random_state=None,
+        interval=None,
         name=None,
         ax=None,
         hist_ax=None,
@@ -370,6 +372,13 @@ class ReliabilityDisplay:
             Coverage of the bands.
         random_state : int, RandomState instance or None, default=None
             Seeds the bootstrap.
+        interval : {"bootstrap", "clopper-pearson", "wilson", "jeffreys"} or \
+                None, default=None
+            The per-bin band: bootstrap percentiles (needs ``n_bootstraps``),
+            or a binomial interval of each bin's accuracy (see
+            :func:`~sklearn_calib.metrics.binomial_interval`), which, unlike
+            the bootstrap, does not collapse on bins that are all correct or
+            all wrong. None: bootstrap when ``n_bootstraps > 0``, else no band.
         name : str, default=None
             Legend name.
         ax, hist_ax, ref_line, histogram, gap, **kwargs
@@ -397,6 +406,11 @@ class ReliabilityDisplay:
             raise ValueError(
                 f"confidence_level must lie in (0, 1), got {confidence_level!r}."
             )
+        if interval is not None and interval not in ("bootstrap", *BINOMIAL_METHODS):
+            raise ValueError(
+                "interval must be None, 'bootstrap', 'clopper-pearson', 'wilson' "
+                f"or 'jeffreys', got {interval!r}."
+            )
         y_codes, y_prob, sample_weight, classes = check_metric_inputs(
             y_true, y_prob, sample_weight=sample_weight, labels=labels
         )
@@ -405,8 +419,25 @@ class ReliabilityDisplay:
         )
         stats = binning.statistics(sample_weight)
         curve = curve_from_statistics(stats, multiclass)
+        if interval is None and n_bootstraps:
+            interval = "bootstrap"
         low = high = None
-        if n_bootstraps:
+        if interval in BINOMIAL_METHODS:
+            low, high = bin_accuracy_interval(
+                curve,
+                y_codes,
+                y_prob,
+                sample_weight,
+                multiclass=multiclass,
+                strategy=strategy,
+                method=interval,
+                confidence_level=confidence_level,
+            )
+        elif interval == "bootstrap":
+            if not n_bootstraps:
+                raise ValueError(
+                    "interval='bootstrap' needs n_bootstraps > 0 resamples."
+                )
             low, high = _bootstrap_accuracy_band(
                 binning, sample_weight, n_bootstraps, confidence_level, random_state
             )

@@ -568,6 +568,7 @@ def test_registry_lists_every_metric():
         "adaptive_calibration_error",
         "brier_score",
         "classwise_calibration_error",
+        "debiased_calibration_error",
         "expected_calibration_error",
         "log_loss",
         "maximum_calibration_error",

@@ -147,6 +147,7 @@ def test_trusted_types_list_every_public_estimator():
         )
     }
     expected |= {
+        metrics + "_debiased.debiased_calibration_error",
         metrics + "_proper.brier_score",
         metrics + "_proper.log_loss",
         metrics + "_selective.aurc",

@@ -13,6 +13,8 @@ import time
 import warnings
 from pathlib import Path
 
+import numpy as np
+
 from . import _chunked
 from ._common import EXIT_OK, CommandError, first_line, warning_lines
 from ._data import Split, read_logits_only, read_splits
@@ -46,6 +48,7 @@ from ._methods import (
 )
 from ._plots import reliability_png, require_matplotlib, slug
 from ._tables import SET_LEVELS, SET_SCORES, Progress, csv_table, format_report
+from ._validation import validation_rows
 
 # What a calibrator may raise on extreme but valid data, besides the
 # ValueError/TypeError with which the library names bad input: overflow and
@@ -363,6 +366,9 @@ def run_report(args, out=None):
             "scored samples"
         ),
     }
+    if len(classes) == 2 and 0 < np.count_nonzero(y_eval) < len(y_eval):
+        # Binary data: the clinical validation statistics of each method.
+        report["validation"] = validation_rows(y_eval, probabilities)
     out.write(format_report(report, args.format, stream=out))
     if args.out is not None:
         written = write_report_files(

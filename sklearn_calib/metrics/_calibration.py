@@ -7,7 +7,10 @@ the scores) and read the metric off the bin sums. The binning convention and
 its kernels live in :mod:`sklearn_calib.metrics._bin_statistics`.
 """
 
-from numbers import Integral
+from numbers import Integral, Real
+from typing import NamedTuple
+
+import numpy as np
 
 from ..utils._compat import Interval, StrOptions, validate_params
 from ..utils._validation import check_metric_inputs
@@ -407,8 +410,34 @@ def classwise_calibration_error(
     )
 
 
+class CalibrationCurveInterval(NamedTuple):
+    """A :class:`CalibrationCurve` with a binomial interval of each bin's accuracy.
+
+    Returned by :func:`calibration_curve` when ``interval`` is given.
+
+    Attributes
+    ----------
+    accuracy, confidence, count, bin_edges : ndarray
+        As in :class:`CalibrationCurve`.
+    accuracy_low, accuracy_high : ndarray of the shape of ``accuracy``
+        Ends of the interval of each bin's accuracy; NaN in empty bins.
+    """
+
+    accuracy: np.ndarray
+    confidence: np.ndarray
+    count: np.ndarray
+    bin_edges: np.ndarray
+    accuracy_low: np.ndarray
+    accuracy_high: np.ndarray
+
+
 @validate_params(
-    {**BINNED_CONSTRAINTS, "multiclass": [StrOptions({"top-label", "classwise"})]},
+    {
+        **BINNED_CONSTRAINTS,
+        "multiclass": [StrOptions({"top-label", "classwise"})],
+        "interval": [StrOptions({"clopper-pearson", "wilson", "jeffreys"}), None],
+        "confidence_level": [Interval(Real, 0, 1, closed="neither")],
+    },
     prefer_skip_nested_validation=True,
 )
 def calibration_curve(
@@ -420,6 +449,8 @@ def calibration_curve(
     multiclass="top-label",
     sample_weight=None,
     labels=None,
+    interval=None,
+    confidence_level=0.95,
 ):
     """Per-bin accuracy, mean confidence and count: the data of a reliability diagram.
 
@@ -446,11 +477,19 @@ def calibration_curve(
         Non-negative weights; ``count`` is then the total weight per bin.
     labels : array-like of shape (n_classes,), default=None
         The class of each column of ``y_prob``.
+    interval : {"clopper-pearson", "wilson", "jeffreys"} or None, default=None
+        Also return a binomial confidence interval of each bin's accuracy
+        (see :func:`~sklearn_calib.metrics.binomial_interval`; weighted bins
+        use the effective count ``(sum w)^2 / sum w^2``).
+    confidence_level : float, default=0.95
+        Nominal coverage of ``interval``.
 
     Returns
     -------
-    curve : CalibrationCurve
-        A named tuple ``(accuracy, confidence, count, bin_edges)``. For
+    curve : CalibrationCurve or CalibrationCurveInterval
+        A named tuple ``(accuracy, confidence, count, bin_edges)``, with
+        ``accuracy_low`` and ``accuracy_high`` after them when ``interval``
+        is given. For
         top-label, ``accuracy``, ``confidence`` and ``count`` have shape
         (n_bins,) and ``bin_edges`` (n_bins + 1,); class-wise, one row per
         class. ``accuracy`` is the fraction of correct samples (class-wise:
@@ -483,4 +522,20 @@ def calibration_curve(
         strategy=strategy,
         multiclass=multiclass,
     )
-    return state.calibration_curve()
+    curve = state.calibration_curve()
+    if interval is None:
+        return curve
+    from ._binomial import bin_accuracy_interval
+
+    low, high = bin_accuracy_interval(
+        curve,
+        y_codes,
+        y_prob,
+        sample_weight,
+        multiclass=multiclass,
+        strategy=strategy,
+        method=interval,
+        confidence_level=confidence_level,
+    )
+    return CalibrationCurveInterval(*curve, low, high)
+

@@ -36,6 +36,7 @@ from ._calibration import (
     maximum_calibration_error,
     rms_calibration_error,
 )
+from ._debiased import debiased_calibration_error
 from ._proper import brier_score, log_loss
 from ._selective import aurc, excess_aurc
 from ._sets import (
@@ -117,6 +118,13 @@ Pass the object (or ``get_scorer("neg_classwise_calibration_error")``) as
 ``scoring=``: scikit-learn does not know the name.
 """
 
+neg_debiased_calibration_error = _calibration_scorer(debiased_calibration_error)
+"""Scorer of :func:`debiased_calibration_error`, negated (greater is better).
+
+Pass the object (or ``get_scorer("neg_debiased_calibration_error")``) as
+``scoring=``: scikit-learn does not know the name.
+"""
+
 neg_smooth_calibration_error = _calibration_scorer(smooth_calibration_error)
 """Scorer of :func:`smooth_calibration_error`, negated (greater is better).
 
@@ -186,6 +194,7 @@ SCORERS = {
     "neg_rms_calibration_error": neg_rms_calibration_error,
     "neg_classwise_calibration_error": neg_classwise_calibration_error,
     "neg_smooth_calibration_error": neg_smooth_calibration_error,
+    "neg_debiased_calibration_error": neg_debiased_calibration_error,
     "neg_multiclass_brier_score": neg_multiclass_brier_score,
     "neg_log_loss": neg_log_loss,
     "neg_aurc": neg_aurc,
