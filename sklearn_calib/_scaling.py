@@ -19,7 +19,7 @@ from .utils._fitted_state import (
     fail_state,
 )
 from .utils._math import log_softmax, scale_logits
-from .utils._validation import check_device
+from .utils._validation import check_device, weight_scale
 
 
 def _torch_inputs(logits, y, sample_weight, device):
@@ -1131,6 +1131,10 @@ class PlattScaling(_AffineCalibrator):
         self.tol = tol
         self.classes = classes
 
+    def _weight_scale_matters(self):
+        # Platt's targets read the weighted counts as sample sizes.
+        return self.smooth_targets
+
     def _fit(self, logits, y, sample_weight):
         check_device(self.device)
         if logits.shape[1] != 2:
@@ -1162,13 +1166,17 @@ class PlattScaling(_AffineCalibrator):
             # Each sample becomes a positive row weighted by its target t and
             # a negative row weighted by 1 - t: the NLL against soft targets.
             # The targets use the weighted counts as they are (scikit-learn's
-            # convention); the weights are normalised only afterwards.
-            n_positive = float(sample_weight[y == 1].sum())
-            n_negative = float(sample_weight[y == 0].sum())
-            target = np.where(
-                y == 1, (n_positive + 1) / (n_positive + 2), 1 / (n_negative + 2)
+            # convention), summed after dividing by a power of two near the
+            # largest weight (exact) so that huge weights cannot overflow the
+            # sums; counts beyond float64 give the limit targets 1 and 0.
+            scale = weight_scale(sample_weight)
+            sample_weight = sample_weight / scale
+            n_positive = scale * float(sample_weight[y == 1].sum())
+            n_negative = scale * float(sample_weight[y == 0].sum())
+            positive_target = (
+                (n_positive + 1) / (n_positive + 2) if np.isfinite(n_positive) else 1.0
             )
-            sample_weight = sample_weight / sample_weight.max()
+            target = np.where(y == 1, positive_target, 1 / (n_negative + 2))
             features = np.concatenate([features, features])
             y = np.concatenate([np.ones_like(y), np.zeros_like(y)])
             sample_weight = np.concatenate(

@@ -309,6 +309,11 @@ class CalibratorSelector(BaseCalibrator):
 
         return get_scorer(self.scoring)
 
+    def _weight_scale_matters(self):
+        # The candidates receive the weights as given and normalise them
+        # themselves, unless their own fit depends on the scale (Platt).
+        return True
+
     def _fit(self, logits, y, sample_weight):
         oof = self._select(
             logits,

@@ -73,7 +73,9 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
     - ``_fit(self, logits, y, sample_weight)``: ``logits`` is a float array
       of shape (n_samples, n_classes) (a binary score column already
       expanded), ``y`` holds integer codes in ``range(n_classes)`` and
-      ``sample_weight`` is a float64 array with a positive sum.
+      ``sample_weight`` is a float64 array with a positive sum (divided by
+      a power of two near its largest entry unless ``_weight_scale_matters``
+      says the scale matters).
     - ``_calibrated_logits(self, logits)``: calibrated logits (or
       log-probabilities) for a validated block of rows.
     - ``_check_fitted_state(self)`` (extending the base's): raise a
@@ -121,7 +123,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
             if chunked_fitter(self) is not None:
                 return fit_source(self, as_chunk_source(X, y, sample_weight))
         X, y = check_logits_and_labels(self, X, y)
-        sample_weight = check_sample_weight(sample_weight, X)
+        # Divided by a power of two near the largest weight (exact), unless the
+        # fit depends on their scale: sums of huge weights cannot overflow.
+        sample_weight = check_sample_weight(
+            sample_weight, X, normalize=not self._weight_scale_matters()
+        )
         classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
         self._fit(expand_binary_scores(X), y_encoded, sample_weight)
         # Set last: a fit that raises leaves no classes_ (and so no state
@@ -162,6 +168,18 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         from ._chunked_fit import fit_source
 
         return fit_source(self, as_chunk_source(chunks))
+
+    def _weight_scale_matters(self):
+        """Whether the fit depends on the scale of ``sample_weight``.
+
+        False for most calibrators: multiplying every weight by a constant
+        changes nothing, so :meth:`fit` hands ``_fit`` the weights divided by
+        a power of two near the largest (exact, and sums cannot overflow). A
+        calibrator that reads weights as numbers of samples (Platt's smoothed
+        targets, Venn-Abers' test point of weight 1) or passes them on to
+        nested calibrators returns True and receives them unscaled.
+        """
+        return False
 
     @abstractmethod
     def _fit(self, logits, y, sample_weight):
