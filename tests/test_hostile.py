@@ -107,3 +107,179 @@ def test_venn_abers_huge_weights_reach_the_limit(n_classes):
     # Ordinary weights: the scale still counts as more data (documented).
     small = VennAbersCalibration().fit(X, y, sample_weight=weights)
     assert np.abs(small.predict_proba(X) - large.predict_proba(X)).max() > 1e-4
+
+
+def test_aurc_counts_huge_frequency_weights_without_overflow():
+    # Frequency weights: the scale counts (weight 2 = the row twice), and
+    # huge weights reach the many-samples limit instead of NaN.
+    from scipy.special import softmax
+
+    from sklearn_calib.selective import aurc, excess_aurc
+
+    X, y = make_logits(n_samples=500, n_classes=3, seed=6)
+    proba = softmax(X, axis=1)
+    weights = np.random.default_rng(2).uniform(0.5, 1.5, size=y.shape[0])
+    for metric in (aurc, excess_aurc):
+        limit = metric(y, proba, sample_weight=weights * 1e12)
+        huge = metric(y, proba, sample_weight=weights * 1e306)
+        assert np.isfinite(huge)
+        assert huge == pytest.approx(limit, rel=1e-9)
+        # Integer weights are repeated rows, at any scale of counts.
+        twice = metric(y, proba, sample_weight=np.full(y.shape[0], 2.0))
+        repeated = metric(np.r_[y, y], np.r_[proba, proba])
+        assert twice == pytest.approx(repeated, rel=1e-12)
+
+
+# --- 2, 6, 9, 10: ConformalClassifier -----------------------------------------
+
+
+def test_conformal_huge_weights_reach_the_many_samples_limit():
+    from sklearn_calib.conformal import ConformalClassifier
+
+    X, y = make_logits(n_samples=2000, n_classes=4, seed=7)
+    weights = np.random.default_rng(3).uniform(0.5, 1.5, size=y.shape[0])
+    large = ConformalClassifier().fit(X, y, sample_weight=weights * 1e12)
+    huge = ConformalClassifier().fit(X, y, sample_weight=weights * 1e306)
+    assert huge.quantile_ == large.quantile_
+    # Before: the cumulative weights overflowed and the threshold was the
+    # smallest score (coverage 8 % at level 0.9).
+    covered = huge.predict_set(X)[np.arange(y.shape[0]), y].mean()
+    assert covered > 0.85
+
+
+@pytest.mark.parametrize("conformity_score", ["lac", "aps", "top_k"])
+def test_conformal_with_calibrator_never_holds_a_masked_class(conformity_score):
+    from sklearn_calib import TemperatureScaling
+    from sklearn_calib.conformal import ConformalClassifier
+
+    X, y = make_logits(n_samples=600, n_classes=4, seed=8)
+    X[:300, 3] = -np.inf
+    y = np.where((y == 3) & (np.arange(600) < 300), 0, y)
+    for n_cal in (3, 300):  # an infinite threshold, a finite one
+        clf = ConformalClassifier(
+            TemperatureScaling(device="cpu"), conformity_score=conformity_score
+        )
+        with pytest.warns(UserWarning, match="Too few") if n_cal == 3 else _nothing():
+            clf.fit(X[300 - n_cal : 300 + n_cal], y[300 - n_cal : 300 + n_cal])
+        sets = clf.predict_set(X)
+        assert not sets[:300, 3].any()
+        if n_cal == 3:
+            assert sets[300:].all()
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
+class _NaNCalibrator:
+    """A fitted classifier whose probabilities hold NaN for one class."""
+
+    def fit(self, X, y, sample_weight=None):
+        self.classes_ = np.arange(X.shape[1])
+        return self
+
+    def predict_proba(self, X):
+        from scipy.special import softmax
+
+        proba = softmax(np.asarray(X, dtype=np.float64), axis=1)
+        proba[:, 1] = np.nan
+        return proba
+
+    def get_params(self, deep=True):
+        return {}
+
+    def set_params(self, **params):
+        return self
+
+
+def test_conformal_refuses_nan_probabilities_of_a_calibrator():
+    from sklearn_calib.conformal import ConformalClassifier
+
+    X, y = make_logits(n_samples=200, n_classes=3, seed=9)
+    with pytest.raises(ValueError, match="predict_proba returned nan"):
+        ConformalClassifier(_NaNCalibrator()).fit(X, y)
+
+
+def test_conformal_calibrator_without_classes_is_named():
+    from sklearn_calib.conformal import ConformalClassifier
+
+    class NoClasses(_NaNCalibrator):
+        def fit(self, X, y, sample_weight=None):
+            return self
+
+    X, y = make_logits(n_samples=200, n_classes=3, seed=9)
+    with pytest.raises(TypeError, match="NoClasses has no classes_"):
+        ConformalClassifier(NoClasses()).fit(X, y)
+
+
+@pytest.mark.parametrize("fmt", ["pickle", "skops"])
+def test_conformal_set_params_level_after_fit_round_trips(fmt):
+    import pickle
+
+    from sklearn_calib.conformal import ConformalClassifier
+    from sklearn_calib.utils.persistence import skops_trusted_types
+
+    X, y = make_logits(n_samples=1000, n_classes=4, seed=10)
+    clf = ConformalClassifier().fit(X[:500], y[:500])
+    fitted_sets = clf.predict_set(X[500:], 0.5)
+    clf.set_params(confidence_level=0.5)
+    # quantile_ is the threshold predict_set uses, at the current level.
+    assert clf.quantile_ == clf._thresholds(0.5, warn=False)
+    np.testing.assert_array_equal(clf.predict_set(X[500:]), fitted_sets)
+    if fmt == "pickle":
+        restored = pickle.loads(pickle.dumps(clf))
+    else:
+        sio = pytest.importorskip("skops.io")
+        restored = sio.loads(sio.dumps(clf), trusted=skops_trusted_types())
+    assert restored.quantile_ == clf.quantile_
+    np.testing.assert_array_equal(restored.predict_set(X[500:]), fitted_sets)
+
+
+def _edited_conformal(edit, **params):
+    import copy
+    import pickle
+
+    from sklearn_calib.conformal import ConformalClassifier
+
+    X, y = make_logits(n_samples=1000, n_classes=4, seed=11)
+    clf = ConformalClassifier(**params).fit(X, y)
+    state = clf.__getstate__()
+    edit(state)
+    edited = copy.copy(clf)
+    edited.__dict__ = state
+    return pickle.dumps(edited)
+
+
+def test_conformal_group_scores_must_be_the_conformity_scores():
+    import pickle
+
+    def shrink(state):
+        # Smaller scores and a quantile_ adjusted to match (coverage 0.42).
+        state["_group_scores"] = [g * 0.3 for g in state["_group_scores"]]
+        state["quantile_"] = state["quantile_"] * 0.3
+
+    with pytest.raises(ValueError, match="Fitted attribute _group_scores.*exactly"):
+        pickle.loads(_edited_conformal(shrink))
+
+
+@pytest.mark.parametrize(
+    "fitted, relabelled, params",
+    [
+        ("lac", "top_k", {}),  # fractions are not ranks
+        ("top_k", "lac", {}),  # ranks above 1 are not LAC scores
+        ("top_k", "aps", {}),
+    ],
+)
+def test_conformal_scores_must_lie_in_the_range_of_their_score(
+    fitted, relabelled, params
+):
+    import pickle
+
+    def relabel(state):
+        state["_scoring"] = {**state["_scoring"], "conformity_score": relabelled}
+
+    data = _edited_conformal(relabel, conformity_score=fitted, **params)
+    with pytest.raises(ValueError, match="Fitted attribute conformity_scores_"):
+        pickle.loads(data)

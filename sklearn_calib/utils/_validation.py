@@ -12,7 +12,7 @@ import numpy as np
 from sklearn.utils import assert_all_finite, column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._compat import validate_data
+from ._compat import _num_samples, validate_data
 
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -490,7 +490,7 @@ def check_sample_weight(sample_weight, X, *, normalize=False):
     -------
     sample_weight : ndarray of shape (n_samples,) of float64
     """
-    n_samples = X.shape[0]
+    n_samples = _num_samples(X)
     if sample_weight is None:
         return np.ones(n_samples, dtype=np.float64)
     sample_weight = check_weight_values(sample_weight, n_samples)
