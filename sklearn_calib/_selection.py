@@ -16,6 +16,7 @@ from .utils._compat import HasMethods, StrOptions, check_is_fitted
 from .utils._fitted_state import (
     check_state_array,
     check_state_calibrator,
+    check_state_float,
     check_state_int,
     fail_state,
     get_state,
@@ -460,6 +461,13 @@ class CalibratorSelector(BaseCalibrator):
             shape=(n_candidates,),
             numeric=True,
         )
+        best = check_state_float(self, "best_score_")
+        if best != float(results["mean_test_score"][index]):
+            fail_state(
+                self, "best_score_", "must be the mean test score of best_index_"
+            )
+        if not callable(get_state(self, "scorer_")):
+            fail_state(self, "scorer_", "must be a callable scorer")
 
     def _calibrated_logits(self, logits):
         # The chosen calibrator's log-probabilities are calibrated logits:

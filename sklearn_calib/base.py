@@ -11,6 +11,7 @@ from .utils._fitted_state import (
     check_state_array,
     check_state_classes,
     check_state_int,
+    is_fitted_state,
 )
 from .utils._math import log_softmax, row_chunks, softmax
 from .utils._validation import (
@@ -219,9 +220,10 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         # Files of an earlier version have no classes parameter.
         state.setdefault("classes", None)
         super().__setstate__(state)
-        # Only a fitted state is checked: an unfitted estimator has no
-        # classes_ (fit sets it last).
-        if "classes_" in state:
+        # A state holding any fitted attribute is checked in full: deleting
+        # classes_ from a file must not skip the checks of the rest (an
+        # unfitted estimator holds none; fit sets classes_ last).
+        if is_fitted_state(state):
             self._check_fitted_state()
 
     def _check_fitted_input(self, X):

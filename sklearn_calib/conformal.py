@@ -38,6 +38,7 @@ from .utils._fitted_state import (
     check_state_int,
     fail_state,
     get_state,
+    is_fitted_state,
 )
 from .utils._math import row_chunks
 from .utils._validation import (
@@ -800,8 +801,9 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         test_weight = state.pop("_test_weight", 1.0)  # files before issue 25
         saved_quantile = state.pop("quantile_", None)
         super().__setstate__(state)
-        # Only a fitted state is checked (an unfitted one has no classes_).
-        if "classes_" in state:
+        # Any fitted attribute (classes_ deleted or not) means a fitted
+        # state, checked in full; an unfitted one holds none.
+        if is_fitted_state(state) or scores is not None or saved_quantile is not None:
             self._groups = self._checked_groups(scores, cum_weights, test_weight)
             self._check_fitted_state()
             # The thresholds follow from the stored scores: one edited apart

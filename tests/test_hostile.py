@@ -283,3 +283,126 @@ def test_conformal_scores_must_lie_in_the_range_of_their_score(
     data = _edited_conformal(relabel, conformity_score=fitted, **params)
     with pytest.raises(ValueError, match="Fitted attribute conformity_scores_"):
         pickle.loads(data)
+
+
+# --- 8, 11: saved states --------------------------------------------------------
+
+# Attributes a loader may rebuild from an earlier file format: deleting them
+# gives a valid (older) state, not an edited one.
+REBUILT_ON_LOADING = {"SplineCalibration": {"log_complements_"}}
+
+
+def _pickled_with(estimator, state):
+    import copy
+    import pickle
+
+    edited = copy.copy(estimator)  # a shallow copy: setstate is not called
+    edited.__dict__ = state
+    return pickle.dumps(edited)
+
+
+def test_deleting_any_fitted_attribute_is_refused(calibrator, logits_y):
+    import pickle
+
+    X, y = logits_y
+    calibrator.fit(X, y)
+    state = calibrator.__getstate__()
+    fitted = [k for k in state if k.endswith("_") and not k.startswith("__")]
+    assert "classes_" in fitted
+    rebuilt = REBUILT_ON_LOADING.get(type(calibrator).__name__, set())
+    for name in fitted:
+        if name in rebuilt:
+            continue
+        edited = {k: v for k, v in state.items() if k != name}
+        with pytest.raises(ValueError, match="Fitted attribute"):
+            pickle.loads(_pickled_with(calibrator, edited))
+
+
+def test_state_without_classes_is_still_checked():
+    # The case: no classes_ and a negative temperature loaded and
+    # returned reversed probabilities.
+    import pickle
+
+    from sklearn_calib import TemperatureScaling
+
+    X, y = make_logits(n_samples=300, n_classes=3, seed=12)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    state = ts.__getstate__()
+    del state["classes_"]
+    state["temperature_"] = -2.5
+    with pytest.raises(ValueError, match="Fitted attribute (classes_|temperature_)"):
+        pickle.loads(_pickled_with(ts, state))
+
+
+def test_wrappers_without_classes_are_still_checked():
+    import pickle
+
+    from sklearn.linear_model import LogisticRegression
+
+    from sklearn_calib import CalibratedClassifier, TemperatureScaling
+    from sklearn_calib.conformal import ConformalClassifier
+
+    X, y = make_logits(n_samples=300, n_classes=3, seed=13)
+    for estimator in (
+        CalibratedClassifier(LogisticRegression(), TemperatureScaling(device="cpu")),
+        ConformalClassifier(),
+    ):
+        estimator.fit(X, y)
+        state = estimator.__getstate__()
+        del state["classes_"]
+        with pytest.raises(ValueError, match="Fitted attribute"):
+            pickle.loads(_pickled_with(estimator, state))
+
+
+def test_error_messages_quote_a_bounded_excerpt():
+    import pickle
+
+    from sklearn_calib import TemperatureScaling
+
+    X, y = make_logits(n_samples=300, n_classes=3, seed=14)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    state = ts.__getstate__()
+    state["classes_"] = np.zeros(1_000_000, dtype=np.int64)  # all duplicates
+    state["n_features_in_"] = 1_000_000
+    with pytest.raises(ValueError, match="duplicates") as info:
+        pickle.loads(_pickled_with(ts, state))
+    assert len(str(info.value)) < 1000
+    # The same bound on the messages about labels.
+    with pytest.raises(ValueError) as info:
+        TemperatureScaling(classes=np.zeros(3)).fit(X, y)
+    with pytest.raises(ValueError, match="not in classes") as info:
+        TemperatureScaling(classes=np.arange(3) + 10**6).fit(
+            np.zeros((3, 3)), np.arange(3)
+        )
+    many = np.arange(100_000)
+    with pytest.raises(ValueError, match="duplicates") as info:
+        TemperatureScaling(classes=np.r_[many, many]).fit(
+            np.zeros((3, 200_000)), np.arange(3)
+        )
+    assert len(str(info.value)) < 1000
+
+
+def test_padded_skops_file_is_refused_before_expansion(tmp_path):
+    import zipfile
+
+    sio = pytest.importorskip("skops.io")
+
+    from sklearn_calib import TemperatureScaling
+    from sklearn_calib.utils.persistence import check_skops_archive
+
+    X, y = make_logits(n_samples=300, n_classes=3, seed=15)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    path = tmp_path / "ts.skops"
+    sio.dump(ts, path)
+    check_skops_archive(path)  # a fitted state passes
+    padded = tmp_path / "padded.skops"
+    with (
+        zipfile.ZipFile(path) as src,
+        zipfile.ZipFile(padded, "w", zipfile.ZIP_DEFLATED) as dst,
+    ):
+        for info in src.infolist():
+            dst.writestr(info, src.read(info))
+        dst.writestr("padding.npy", bytes(64 * 2**20))
+    assert padded.stat().st_size < 2**20
+    with pytest.raises(ValueError, match="'padding.npy' expands from"):
+        check_skops_archive(padded)

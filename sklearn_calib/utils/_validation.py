@@ -13,6 +13,7 @@ from sklearn.utils import assert_all_finite, column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 
 from ._compat import _num_samples, validate_data
+from ._fitted_state import excerpt
 
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -237,7 +238,7 @@ def check_column_classes(classes, n_classes, *, name, columns):
             f"{columns}, but {name} has shape {classes.shape}."
         )
     if classes.dtype.kind == "f" and not np.all(np.isfinite(classes)):
-        raise ValueError(f"{name} contains NaN or infinity: {classes.tolist()!r}.")
+        raise ValueError(f"{name} contains NaN or infinity: {excerpt(classes)}.")
     try:
         ordered = np.sort(classes, kind="stable")
     except TypeError as exc:
@@ -245,7 +246,8 @@ def check_column_classes(classes, n_classes, *, name, columns):
             f"{name} mixes label types that cannot be compared ({exc})."
         ) from None
     if np.any(ordered[1:] == ordered[:-1]):
-        raise ValueError(f"{name} contains duplicates: {classes.tolist()!r}.")
+        duplicated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+        raise ValueError(f"{name} contains duplicates: {excerpt(duplicated)}.")
     return classes
 
 
@@ -280,7 +282,7 @@ def encode_with_classes(y, classes, *, y_name, name):
         unknown = np.unique(y[~known])[:5]
         raise ValueError(
             f"{y_name} contains labels that are not in {name}: "
-            f"{unknown.tolist()!r} ({name}: {classes.tolist()!r})."
+            f"{unknown.tolist()!r} ({name}: {excerpt(classes)})."
         )
     return codes
 
@@ -372,7 +374,7 @@ def resolve_classes(y, n_cols, classes=None):
     if distinct.shape[0] < 2:
         raise ValueError(
             "Calibration needs samples of at least 2 classes; y contains only 1 "
-            f"class: {distinct.tolist()!r}. Pass classes= (the label of each "
+            f"class: {excerpt(distinct)}. Pass classes= (the label of each "
             "logit column) to fit on a set that holds fewer classes."
         )
     if (
