@@ -406,3 +406,62 @@ def test_padded_skops_file_is_refused_before_expansion(tmp_path):
     assert padded.stat().st_size < 2**20
     with pytest.raises(ValueError, match="'padding.npy' expands from"):
         check_skops_archive(padded)
+
+
+# --- 1: writers -----------------------------------------------------------------
+
+
+def _mixed_dtype_folder(folder, X, y):
+    folder.mkdir()
+    half = X.shape[0] // 2
+    np.savez(folder / "a.npz", logits=X[:half].astype(np.float32), y=y[:half])
+    np.savez(folder / "b.npz", logits=X[half:], y=y[half:])
+    return folder
+
+
+def test_apply_chunks_writes_mixed_dtype_chunks_faithfully(tmp_path):
+    from sklearn_calib import TemperatureScaling
+    from sklearn_calib.chunked import apply_chunks, open_chunks
+
+    X, y = make_logits(n_samples=2000, n_classes=4, seed=16)
+    folder = _mixed_dtype_folder(tmp_path / "chunks", X, y)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    expected = ts.predict_proba(X)
+    dataset = open_chunks(folder)
+    assert dataset.dtype == np.float64  # promoted, as numpy.concatenate would
+    for chunks in (dataset, [X[:1000].astype(np.float32), X[1000:]]):
+        path = apply_chunks(ts, chunks, tmp_path / "p.npy")
+        proba = np.load(path)
+        # The header's dtype and size match what was written.
+        assert path.stat().st_size == 128 + proba.nbytes
+        assert proba.dtype == np.float64
+        np.testing.assert_allclose(proba, expected, atol=1e-6)
+        np.testing.assert_allclose(proba.sum(axis=1), 1.0, atol=1e-12)
+
+
+def test_apply_chunks_refuses_output_it_cannot_write_exactly(tmp_path):
+    from sklearn.base import BaseEstimator
+
+    from sklearn_calib.chunked import apply_chunks
+
+    class Switching(BaseEstimator):
+        """A fitted estimator whose output dtype changes from chunk to chunk."""
+
+        classes_ = np.arange(2)
+        calls = 0
+
+        def fit(self, X, y=None):
+            return self
+
+        def __sklearn_is_fitted__(self):
+            return True
+
+        def predict_proba(self, X):
+            type(self).calls += 1
+            dtype = np.float32 if type(self).calls == 1 else np.complex128
+            return np.full((len(X), 2), 0.5, dtype=dtype)
+
+    chunks = [np.zeros((3, 2)), np.zeros((2, 2))]
+    with pytest.raises(TypeError, match="cannot hold it exactly"):
+        apply_chunks(Switching(), chunks, tmp_path / "p.npy")
+    assert not (tmp_path / "p.npy").exists()
