@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from ._chunks import default_chunk_rows, import_dask_array
-from .utils._validation import to_numpy
+from .utils._validation import computed_dtype, to_numpy
 
 __all__ = ["ChunkedDataset", "apply_chunks", "open_chunks"]
 
@@ -541,10 +541,7 @@ def _chunk_logits(chunk):
 
 def _logits_dtype(X):
     """The dtype a calibrator computes a chunk of logits in (float32 or float64)."""
-    dtype = np.dtype(getattr(to_numpy(X), "dtype", np.float64))
-    if dtype in (np.float32, np.float64):
-        return dtype
-    return np.dtype(np.float32) if dtype == np.float16 else np.dtype(np.float64)
+    return computed_dtype(getattr(to_numpy(X), "dtype", np.float64))
 
 
 def apply_chunks(estimator, chunks, path, *, method="predict_proba"):

@@ -465,3 +465,20 @@ def test_apply_chunks_refuses_output_it_cannot_write_exactly(tmp_path):
     with pytest.raises(TypeError, match="cannot hold it exactly"):
         apply_chunks(Switching(), chunks, tmp_path / "p.npy")
     assert not (tmp_path / "p.npy").exists()
+
+
+# --- 7: lazy (dask) prediction declares the dtype it computes -------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32])
+def test_lazy_prediction_declares_the_dtype_it_computes(calibrator, logits_y, dtype):
+    da = pytest.importorskip("dask.array")
+    X, y = logits_y
+    calibrator.fit(X, y)
+    lazy_X = da.from_array(np.round(X).astype(dtype), chunks=(100, -1))
+    for method in ("predict_proba", "transform"):
+        lazy = getattr(calibrator, method)(lazy_X)
+        computed = lazy.compute()
+        assert lazy.dtype == computed.dtype == lazy._meta.dtype
+        eager = getattr(calibrator, method)(np.round(X).astype(dtype))
+        assert computed.dtype == eager.dtype

@@ -40,6 +40,17 @@ def to_numpy(X):
     return X
 
 
+def computed_dtype(dtype):
+    """The float dtype in which logits of ``dtype`` are calibrated.
+
+    float32 stays float32 and float16 becomes float32 (see :func:`to_numpy`);
+    every other dtype (float64, integers) is computed in float64. Lazy (dask)
+    output declares this dtype, and chunk writers promote to it.
+    """
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32 if dtype in (np.float16, np.float32) else np.float64)
+
+
 def check_device(device):
     """Validate a device string: ``"auto"``, ``"cpu"``, ``"cuda"`` or ``"cuda:N"``."""
     if not isinstance(device, str) or not _DEVICE_PATTERN.match(device):
