@@ -39,11 +39,15 @@ def logits_y(calibrator):
 
 # --- 2, 3: sample weights -------------------------------------------------------
 
+# The fits that read weights as numbers of samples (the methods guide says
+# so): every other calibrator must give the same fit for weights c * w.
+SCALE_DEPENDENT = {"PlattScaling", "VennAbersCalibration"}
+
 
 def test_huge_weights_change_nothing_where_scale_is_free(calibrator, logits_y):
     """2,000-style weights of 1e306 (whose sum overflows) fit as unit weights."""
     X, y = logits_y
-    if calibrator._weight_scale_matters():
+    if type(calibrator).__name__ in SCALE_DEPENDENT:
         pytest.skip("this fit depends on the scale of the weights (documented)")
     rng = np.random.default_rng(0)
     weights = rng.uniform(0.5, 1.5, size=y.shape[0])
@@ -77,7 +81,7 @@ def test_scalar_weight_is_unit_weight(calibrator, logits_y):
     X, y = logits_y
     expected = calibrator.fit(X, y).predict_proba(X)
     got = calibrator.fit(X, y, sample_weight=7.0).predict_proba(X)
-    if calibrator._weight_scale_matters():
+    if type(calibrator).__name__ in SCALE_DEPENDENT:
         got = calibrator.fit(X, y, sample_weight=1.0).predict_proba(X)
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-9)
 
@@ -482,3 +486,69 @@ def test_lazy_prediction_declares_the_dtype_it_computes(calibrator, logits_y, dt
         assert lazy.dtype == computed.dtype == lazy._meta.dtype
         eager = getattr(calibrator, method)(np.round(X).astype(dtype))
         assert computed.dtype == eager.dtype
+
+
+# --- 2, 4, 5: chunked fits ------------------------------------------------------
+
+CHUNKED = ["TemperatureScaling", "VectorScaling", "HistogramBinning"]
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+def test_chunked_fit_with_huge_weights_equals_the_in_memory_fit(name):
+    da = pytest.importorskip("dask.array")
+    cls = dict(all_calibrators())[name]
+    X, y = make_logits(n_samples=2000, n_classes=3, seed=17)
+    weights = np.random.default_rng(4).uniform(0.5, 1.5, size=y.shape[0])
+    expected = make_fast(cls).fit(X, y, sample_weight=weights).predict_proba(X)
+    lazy = make_fast(cls).fit(
+        da.from_array(X, chunks=(500, -1)),
+        da.from_array(y, chunks=500),
+        sample_weight=da.from_array(weights * 1e306, chunks=500),
+    )
+    np.testing.assert_allclose(lazy.predict_proba(X), expected, atol=1e-8)
+
+
+class _ChangingChunks:
+    """Chunks that change after the first pass, as a careless reader's might."""
+
+    def __init__(self, X, y, change):
+        self.X, self.y, self.change, self.calls = X, y, change, 0
+
+    def __call__(self):
+        self.calls += 1
+        y = self.y.copy()
+        if self.calls > 1 and self.change in ("below", "above"):
+            y[:10] = -3 if self.change == "below" else 7
+        half = self.X.shape[0] // 2
+        parts = [(self.X[:half], y[:half]), (self.X[half:], y[half:])]
+        if self.calls > 1 and self.change == "drop":
+            parts = parts[:1]
+        if self.calls > 1 and self.change == "reweigh":
+            parts = [(X, y, np.full(len(y), 2.0)) for X, y in parts]
+        return iter(parts)
+
+
+@pytest.mark.parametrize("name", CHUNKED)
+@pytest.mark.parametrize("change", ["below", "above", "drop", "reweigh"])
+def test_chunked_fit_refuses_data_that_change_between_passes(name, change):
+    cls = dict(all_calibrators())[name]
+    X, y = make_logits(n_samples=1000, n_classes=3, seed=18)
+    with pytest.raises(ValueError, match="changed between"):
+        make_fast(cls).fit_chunks(_ChangingChunks(X, y, change))
+
+
+def test_int_and_str_labels_across_chunks_are_refused():
+    from sklearn_calib import TemperatureScaling
+
+    X, y = make_logits(n_samples=1000, n_classes=12, seed=19)
+    chunks = [(X[:500], y[:500]), (X[500:], y[500:].astype(str))]
+    with pytest.raises(ValueError, match="mix numbers and strings"):
+        TemperatureScaling(device="cpu").fit_chunks(chunks)
+
+
+def test_mixed_label_types_in_one_array_are_named(calibrator, logits_y):
+    X, y = logits_y
+    mixed = y.astype(object)
+    mixed[:5] = mixed[:5].astype(str)
+    with pytest.raises(ValueError, match="mixes strings and other labels"):
+        calibrator.fit(X, mixed)

@@ -297,6 +297,11 @@ class IsotonicCalibration(BaseCalibrator):
         self.mode = mode
         self.classes = classes
 
+    def _weight_scale_matters(self):
+        # The fit does not depend on the scale (the weights are divided by
+        # their maximum below), but bin_counts_ reports the caller's units.
+        return True
+
     def _fit(self, logits, y, sample_weight):
         problems = _binary_problems(
             softmax_log_odds(logits),
@@ -512,6 +517,11 @@ class HistogramBinning(BaseCalibrator):
         # (lo, hi] bins: a score equal to an edge belongs to the bin below it.
         return np.searchsorted(inner, scores, side="left")
 
+    def _weight_scale_matters(self):
+        # The fit does not depend on the scale (the weights are divided by
+        # their maximum below), but bin_counts_ reports the caller's units.
+        return True
+
     def _fit(self, logits, y, sample_weight):
         problems = _binary_problems(
             _probabilities(logits), y, self.mode, sample_weight, _masked_classes(logits)
@@ -584,7 +594,9 @@ class HistogramBinning(BaseCalibrator):
             values = np.where(mass > 0, hits / mass, midpoints)
         self.bin_edges_ = edges
         self.bin_values_ = values
-        self.bin_counts_ = mass.copy()
+        # The chunks' weights were divided by data.weight_unit (a power of
+        # two): the counts are reported in the caller's units, as in memory.
+        self.bin_counts_ = mass * data.weight_unit
 
     def _calibrated_logits(self, logits):
         proba = _probabilities(logits)

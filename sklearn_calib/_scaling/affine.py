@@ -1300,9 +1300,13 @@ class PlattScaling(_AffineCalibrator):
             )
         if self.smooth_targets:
             # Platt's counts leave out the rows with a masked class, as in memory.
-            n_negative, n_positive = data.open_class_weight
+            # The scan's weights are divided by data.weight_unit (a power of
+            # two, so that sums cannot overflow); the counts are in samples.
+            with np.errstate(over="ignore", invalid="ignore"):
+                n_negative, n_positive = data.open_class_weight * data.weight_unit
+                positive = (n_positive + 1) / (n_positive + 2)
             targets = np.array(
-                [1 / (n_negative + 2), (n_positive + 1) / (n_positive + 2)]
+                [1 / (n_negative + 2), positive if np.isfinite(n_positive) else 1.0]
             )
         else:
             targets = np.array([0.0, 1.0])

@@ -250,6 +250,28 @@ def check_logits_and_labels(estimator, X, y):
     return check_masked_logits(X), y
 
 
+def check_label_types(y, *, name="y"):
+    """Refuse labels that mix strings and numbers (``1`` and ``"1"``).
+
+    numpy sorts such an object array only with a bare "'<' not supported";
+    and merging chunks of int labels with chunks of str labels would sort
+    them as strings ('10' before '2'). Either way the classes would be wrong.
+    """
+    y = np.asarray(y)
+    if y.dtype != object or y.size == 0:
+        return y
+    is_text = np.fromiter((isinstance(v, str) for v in y.ravel()), bool, y.size)
+    if is_text.any() and not is_text.all():
+        text = y.ravel()[is_text][0]
+        other = y.ravel()[~is_text][0]
+        raise ValueError(
+            f"{name} mixes strings and other labels (for example {text!r} and "
+            f"{other!r}); give labels of one type: the same class written as 1 "
+            "and '1' would otherwise be two classes."
+        )
+    return y
+
+
 def check_logit_labels(y):
     """Classification labels, without scikit-learn's "regression" hint.
 
@@ -258,6 +280,7 @@ def check_logit_labels(y):
     reads as regression. Here the labels index logit columns, so that hint
     cannot apply and is not shown; continuous labels are still refused.
     """
+    check_label_types(y)
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
