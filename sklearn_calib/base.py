@@ -18,6 +18,7 @@ from .utils._fitted_state import (
     check_state_array,
     check_state_classes,
     check_state_int,
+    is_fitted_state,
 )
 from .utils._math import log_softmax, row_blocks, softmax
 from .utils._validation import (
@@ -80,7 +81,9 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
     - ``_fit(self, logits, y, sample_weight)``: ``logits`` is a float array
       of shape (n_samples, n_classes) (a binary score column already
       expanded), ``y`` holds integer codes in ``range(n_classes)`` and
-      ``sample_weight`` is a float64 array with a positive sum.
+      ``sample_weight`` is a float64 array with a positive sum (divided by
+      a power of two near its largest entry unless ``_weight_scale_matters``
+      says the scale matters).
     - ``_calibrated_logits(self, logits)``: calibrated logits (or
       log-probabilities) for a validated block of rows.
     - ``_check_fitted_state(self)`` (extending the base's): raise a
@@ -133,7 +136,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
             for name in ("n_features_in_", "feature_names_in_")
             if name in vars(self)
         }
-        sample_weight = check_sample_weight(sample_weight, X)
+        # Divided by a power of two near the largest weight (exact), unless the
+        # fit depends on their scale: sums of huge weights cannot overflow.
+        sample_weight = check_sample_weight(
+            sample_weight, X, normalize=not self._weight_scale_matters()
+        )
         classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
         self._fit(expand_binary_scores(X), y_encoded, sample_weight)
         vars(self).update(seen)
@@ -205,6 +212,18 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         """``rows(n_samples)`` the chunked fit reads besides its passes, or None."""
         return None
 
+    def _weight_scale_matters(self):
+        """Whether the fit depends on the scale of ``sample_weight``.
+
+        False for most calibrators: multiplying every weight by a constant
+        changes nothing, so :meth:`fit` hands ``_fit`` the weights divided by
+        a power of two near the largest (exact, and sums cannot overflow). A
+        calibrator that reads weights as numbers of samples (Platt's smoothed
+        targets, Venn-Abers' test point of weight 1) or passes them on to
+        nested calibrators returns True and receives them unscaled.
+        """
+        return False
+
     @abstractmethod
     def _fit(self, logits, y, sample_weight):
         """Fit on validated logits, integer codes and float64 weights."""
@@ -243,9 +262,10 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         # Files of an earlier version have no classes parameter.
         state.setdefault("classes", None)
         super().__setstate__(state)
-        # Only a fitted state is checked: an unfitted estimator has no
-        # classes_ (fit sets it last).
-        if "classes_" in state:
+        # A state holding any fitted attribute is checked in full: deleting
+        # classes_ from a file must not skip the checks of the rest (an
+        # unfitted estimator holds none; fit sets classes_ last).
+        if is_fitted_state(state):
             self._check_fitted_state()
 
     def _check_fitted_input(self, X):

@@ -28,6 +28,7 @@ from .utils._npy_files import (
     npz_member_header,
     read_npz_member,
 )
+from .utils._validation import computed_dtype, to_numpy
 
 __all__ = ["ChunkedDataset", "apply_chunks", "fits_from_chunks", "open_chunks"]
 
@@ -155,7 +156,12 @@ class ChunkedDataset:
             self._progress = _Progress(progress, len(pieces))
         self.n_samples = int(sum(stop - start for _, start, stop in pieces))
         self.n_cols = int(n_cols)
-        self.dtype = np.dtype(dtype)
+        # Files of different dtypes (a float32 chunk beside a float64 one) are
+        # promoted to one dtype, as numpy.concatenate and to_dask do: every
+        # chunk read is of this dtype, and so is what is written from them.
+        self.dtype = np.result_type(
+            np.dtype(dtype), *{piece[0][0].dtype for piece in pieces}
+        )
         self.n_chunks = len(pieces)
         self.weighted = bool(pieces) and pieces[0][0][2] is not None
         self._description = description
@@ -166,6 +172,7 @@ class ChunkedDataset:
     def __iter__(self):
         for piece in self._pieces:
             X, y, w = _read_piece(piece, self._progress)
+            X = X.astype(self.dtype, copy=False)
             if y is None:  # opened with y_key=None: logits only
                 yield X
             else:
@@ -503,6 +510,11 @@ def _chunk_logits(chunk):
     return chunk
 
 
+def _logits_dtype(X):
+    """The dtype a calibrator computes a chunk of logits in (float32 or float64)."""
+    return computed_dtype(getattr(to_numpy(X), "dtype", np.float64))
+
+
 def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
     """Apply a fitted calibrator to logits in chunks, writing one ``.npy`` file.
 
@@ -554,8 +566,17 @@ def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
     check_is_fitted(estimator)
     factory = reiterable(chunks)
     n_samples = getattr(chunks, "n_samples", None)
+    dtype = getattr(chunks, "dtype", None)
     if n_samples is None:
-        n_samples = sum(np.shape(_chunk_logits(c))[0] for c in factory())
+        # One pass for the number of rows and the dtype all chunks promote
+        # to: the file's header declares both before the first row.
+        n_samples, dtypes = 0, set()
+        for chunk in factory():
+            X = _chunk_logits(chunk)
+            n_samples += np.shape(X)[0]
+            if np.shape(X)[0]:
+                dtypes.add(_logits_dtype(X))
+        dtype = np.result_type(*dtypes) if dtypes else None
     path = Path(path)
     written = 0
     with open(path, "wb") as f:
@@ -564,6 +585,8 @@ def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
             X = _chunk_logits(chunk)
             if np.shape(X)[0] == 0:
                 continue
+            if dtype is not None and _logits_dtype(X) != dtype:
+                X = np.asarray(to_numpy(X)).astype(dtype)
             out = np.asarray(getattr(estimator, method)(X))
             if out.dtype.hasobject:
                 raise TypeError(
@@ -578,6 +601,19 @@ def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
                 }
                 np.lib.format.write_array_header_2_0(f, header)
                 header_written = True
+                out_dtype = out.dtype
+            elif out.dtype != out_dtype:
+                # The header fixed the dtype: a chunk of another one is written
+                # in it only when that is exact, else the file is refused.
+                if not np.can_cast(out.dtype, out_dtype, casting="safe"):
+                    f.close()
+                    path.unlink(missing_ok=True)
+                    raise TypeError(
+                        f"A chunk gave {method} output of dtype {out.dtype} after "
+                        f"chunks of dtype {out_dtype}, which cannot hold it "
+                        "exactly; give chunks of one dtype (or one that promotes)."
+                    )
+                out = out.astype(out_dtype)
             np.ascontiguousarray(out).tofile(f)
             written += out.shape[0]
     if not header_written or written != n_samples:

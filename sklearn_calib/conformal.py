@@ -38,6 +38,7 @@ from .utils._fitted_state import (
     check_state_int,
     fail_state,
     get_state,
+    is_fitted_state,
 )
 from .utils._math import row_blocks
 from .utils._validation import (
@@ -46,6 +47,7 @@ from .utils._validation import (
     expand_binary_scores,
     resolve_classes,
     to_numpy,
+    weight_scale,
 )
 
 __all__ = ["ConformalClassifier", "conformal_report"]
@@ -80,6 +82,31 @@ def _masked_softmax(logits):
     proba = np.exp(logits - top)
     proba /= proba.sum(axis=1, keepdims=True)
     return proba, (masked if masked.any() else None)
+
+
+def _masked_columns(X, shape):
+    """Where logits ``X`` handed to a calibrator mask a class (``-inf``), or None.
+
+    A calibrator maps a masked class to probability exactly 0, as
+    ``calibrator=None`` does, and such a class never enters a set, even one
+    made full by an infinite threshold. The mask is read from ``X`` itself
+    (a probability that merely underflows to 0 is an ordinary class): logits
+    of one column per class, or a single binary score column whose ``-inf``
+    masks the positive class. Input of another shape (features of a wrapped
+    classifier) masks nothing.
+    """
+    try:
+        logits = np.asarray(to_numpy(X))
+    except (TypeError, ValueError):
+        return None
+    if logits.dtype.kind != "f" or logits.ndim != 2 or logits.shape[0] != shape[0]:
+        return None
+    if logits.shape[1] == 1 and shape[1] == 2:
+        logits = expand_binary_scores(logits)
+    if logits.shape[1] != shape[1]:
+        return None
+    masked = np.isneginf(logits)
+    return masked if masked.any() else None
 
 
 def _rank(proba):
@@ -161,20 +188,24 @@ def _true_label_scores(scores, y_codes):
 class _SortedScores:
     """Calibration scores of one group, sorted, with cumulative weights."""
 
-    def __init__(self, scores, weights):
+    def __init__(self, scores, weights, test_weight=1.0):
         order = np.argsort(scores, kind="stable")
-        self._set(scores[order], np.cumsum(weights[order]))
+        self._set(scores[order], np.cumsum(weights[order]), test_weight)
 
     @classmethod
-    def from_sorted(cls, scores, cum_weights):
+    def from_sorted(cls, scores, cum_weights, test_weight=1.0):
         """The group of already sorted scores and their cumulative weights."""
         group = cls.__new__(cls)
-        group._set(scores, cum_weights)
+        group._set(scores, cum_weights, test_weight)
         return group
 
-    def _set(self, scores, cum_weights):
+    def _set(self, scores, cum_weights, test_weight):
         self.scores = scores
         self.cum_weights = cum_weights
+        # The new sample's weight on the scale of the stored weights (which
+        # are divided by a power of two near the largest, so that their sums
+        # cannot overflow): 1 for weights of at most 1.
+        self.test_weight = test_weight
         self.total = float(cum_weights[-1]) if len(scores) else 0.0
 
     def quantile(self, confidence_level):
@@ -185,7 +216,8 @@ class _SortedScores:
         sample counts once: the smallest score whose cumulative weight
         reaches ``confidence_level * (W + 1)``, ``W`` the total weight.
         """
-        target = confidence_level * (self.total + 1.0) * (1.0 - _LEVEL_RTOL)
+        target = confidence_level * (self.total + self.test_weight)
+        target *= 1.0 - _LEVEL_RTOL
         if target > self.total:
             return math.inf
         index = int(np.searchsorted(self.cum_weights, target, side="left"))
@@ -297,6 +329,9 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
     quantile_ : float or ndarray of shape (n_classes,)
         Threshold at ``confidence_level`` (one per class when
         ``conditional="class"``); ``inf`` where there are too few samples.
+        Computed from the stored scores at the current ``confidence_level``,
+        so after ``set_params(confidence_level=...)`` it is the threshold
+        :meth:`predict_set` uses, without a refit.
     n_features_in_ : int
         Number of columns of ``X`` seen in :meth:`fit`.
     feature_names_in_ : ndarray of shape (n_features_in_,)
@@ -453,7 +488,17 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 f"The calibrator's predict_proba returned shape {proba.shape}; "
                 f"expected (n_samples, {len(self.classes_)})."
             )
-        return proba, None
+        if not np.all(np.isfinite(proba)) or np.any(proba < 0):
+            bad = ~(np.isfinite(proba) & (proba >= 0))
+            row, col = (int(i) for i in np.argwhere(bad)[0])
+            raise ValueError(
+                f"The calibrator's predict_proba returned {float(proba[row, col])} "
+                f"for row {row}, class {self.classes_[col].item()!r}: conformal "
+                "scores need "
+                "probabilities (finite, non-negative). Check the calibrator and "
+                "its input."
+            )
+        return proba, _masked_columns(X, proba.shape)
 
     def _scoring_params(self):
         """The parameters of the score function, as the constructor holds them."""
@@ -531,6 +576,12 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             if y.ndim == 2 and y.shape[1] == 1:
                 y = y[:, 0]
             check_logit_labels(y)
+            if not hasattr(self.calibrator_, "classes_"):
+                raise TypeError(
+                    f"The calibrator {type(self.calibrator_).__name__} has no "
+                    "classes_ after fit: ConformalClassifier needs a classifier "
+                    "whose classes_ names the columns of its predict_proba."
+                )
             self.classes_ = np.asarray(self.calibrator_.classes_)
             y_codes = self._encode(y)
             for name in ("n_features_in_", "feature_names_in_"):
@@ -568,15 +619,32 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 stacklevel=2,
             )
         self.conformity_scores_ = scores
+        # Frequency weights against the new sample's weight 1: both divided
+        # by a power of two (exact) so that huge weights cannot overflow.
+        unit = weight_scale(sample_weight)
+        sample_weight = sample_weight / unit
         if self._conditional == "marginal":
-            self._groups = [_SortedScores(scores, sample_weight)]
+            self._groups = [_SortedScores(scores, sample_weight, 1.0 / unit)]
         else:
             self._groups = [
-                _SortedScores(scores[y_codes == k], sample_weight[y_codes == k])
+                _SortedScores(
+                    scores[y_codes == k], sample_weight[y_codes == k], 1.0 / unit
+                )
                 for k in range(len(self.classes_))
             ]
-        self.quantile_ = self._thresholds(self.confidence_level, warn=True)
+        # Warns now about too few samples for the level; quantile_ is read
+        # from the stored scores at the current level.
+        self._thresholds(self.confidence_level, warn=True)
         return self
+
+    @property
+    def quantile_(self):
+        if "_groups" not in self.__dict__:
+            raise AttributeError(
+                f"This {type(self).__name__} instance is not fitted yet: it has "
+                "no quantile_."
+            )
+        return self._thresholds(self.confidence_level, warn=False)
 
     def _probabilities_of_logits(self, logits):
         proba = np.empty(logits.shape, dtype=np.float64)
@@ -717,6 +785,9 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if groups is not None:
             state["_group_scores"] = [g.scores for g in groups]
             state["_group_cum_weights"] = [g.cum_weights for g in groups]
+            state["_test_weight"] = groups[0].test_weight
+            # The threshold at the saved level, checked on loading.
+            state["quantile_"] = self.quantile_
         return state
 
     def __setstate__(self, state):
@@ -727,14 +798,35 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             state["_group_cum_weights"] = [g.cum_weights for g in groups]
         scores = state.pop("_group_scores", None)
         cum_weights = state.pop("_group_cum_weights", None)
+        test_weight = state.pop("_test_weight", 1.0)  # files before issue 25
+        saved_quantile = state.pop("quantile_", None)
         super().__setstate__(state)
-        # Only a fitted state is checked (an unfitted one has no classes_).
-        if "classes_" in state:
-            self._groups = self._checked_groups(scores, cum_weights)
+        # Any fitted attribute (classes_ deleted or not) means a fitted
+        # state, checked in full; an unfitted one holds none.
+        if is_fitted_state(state) or scores is not None or saved_quantile is not None:
+            self._groups = self._checked_groups(scores, cum_weights, test_weight)
             self._check_fitted_state()
+            # The thresholds follow from the stored scores: one edited apart
+            # from them is refused rather than shown.
+            if saved_quantile is not None and not np.array_equal(
+                np.asarray(saved_quantile), np.asarray(self.quantile_)
+            ):
+                fail_state(
+                    self,
+                    "quantile_",
+                    "must be the quantile of the stored calibration scores",
+                )
 
-    def _checked_groups(self, scores, cum_weights):
+    def _checked_groups(self, scores, cum_weights, test_weight):
         """The stored calibration groups, or a ValueError naming what is wrong."""
+        if (
+            isinstance(test_weight, (bool, np.bool_))
+            or not isinstance(test_weight, Real)
+            or not (math.isfinite(test_weight) and test_weight > 0)
+        ):
+            fail_state(
+                self, "_test_weight", f"must be a number > 0, got {test_weight!r}"
+            )
         name = "_group_scores"
         if not isinstance(scores, list) or not isinstance(cum_weights, list):
             fail_state(self, name, "must be lists of arrays, one per group")
@@ -757,8 +849,49 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 fail_state(self, f"{name}[{k}]", "must be sorted, without NaN")
             if np.any(np.diff(w) < 0):
                 fail_state(self, f"_group_cum_weights[{k}]", "must be non-decreasing")
-            groups.append(_SortedScores.from_sorted(s, w))
+            groups.append(_SortedScores.from_sorted(s, w, float(test_weight)))
         return groups
+
+    def _check_groups_against_scores(self, n_classes):
+        """The groups hold exactly the conformity scores, within the score's range."""
+        scores = self.conformity_scores_
+        grouped = np.sort(np.concatenate([g.scores for g in self._groups]))
+        if grouped.shape != scores.shape or not np.array_equal(
+            grouped, np.sort(scores)
+        ):
+            fail_state(
+                self,
+                "_group_scores",
+                "must hold exactly the calibration scores of conformity_scores_",
+            )
+        scoring = self._scoring
+        name = scoring["conformity_score"]
+        high = {
+            "lac": 1.0,
+            "aps": 1.0,
+            "raps": 1.0
+            + scoring["raps_penalty"] * max(n_classes - scoring["raps_k_reg"], 0),
+            "saps": 1.0 + scoring["saps_weight"] * (n_classes - 1),
+            "top_k": float(n_classes),
+        }[name]
+        finite = scores[np.isfinite(scores)]
+        slack = 1e-9 * high
+        if finite.size and (finite.min() < -slack or finite.max() > high + slack):
+            fail_state(
+                self,
+                "conformity_scores_",
+                f"must lie in [0, {high:g}] (or be inf) for the {name!r} score of "
+                f"{n_classes} classes, got [{finite.min():.6g}, {finite.max():.6g}]",
+            )
+        if name == "top_k" and not self._randomized and finite.size:
+            if not np.array_equal(finite, np.round(finite)):
+                fail_state(
+                    self,
+                    "conformity_scores_",
+                    "must be whole ranks for the non-randomized 'top_k' score",
+                )
+        if np.isneginf(scores).any():
+            fail_state(self, "conformity_scores_", "contains -inf")
 
     def _check_fitted_state(self):
         self._validate_params()
@@ -805,16 +938,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         check_state_array(self, "conformity_scores_", ndim=1, numeric=True)
         if np.isnan(self.conformity_scores_).any():
             fail_state(self, "conformity_scores_", "contains NaN")
-        # The thresholds follow from the stored scores: one edited apart from
-        # them is refused rather than shown.
-        expected = self._thresholds(self.confidence_level, warn=False)
-        quantile = get_state(self, "quantile_")
-        if not np.array_equal(np.asarray(quantile), np.asarray(expected)):
-            fail_state(
-                self,
-                "quantile_",
-                "must be the quantile of the stored calibration scores",
-            )
+        self._check_groups_against_scores(n_classes)
         if self.calibrator_ is not None:
             classes = getattr(self.calibrator_, "classes_", None)
             if classes is None or not np.array_equal(

@@ -178,6 +178,11 @@ class HistogramBinning(BaseCalibrator):
         # (lo, hi] bins: a score equal to an edge belongs to the bin below it.
         return np.searchsorted(inner, scores, side="left")
 
+    def _weight_scale_matters(self):
+        # The fit does not depend on the scale (the weights are divided by
+        # their maximum below), but bin_counts_ reports the caller's units.
+        return True
+
     def _fit(self, logits, y, sample_weight):
         problems = binary_problems(
             probabilities(logits), y, self.mode, sample_weight, masked_classes(logits)
@@ -250,7 +255,9 @@ class HistogramBinning(BaseCalibrator):
             values = np.where(mass > 0, hits / mass, midpoints)
         self.bin_edges_ = edges
         self.bin_values_ = values
-        self.bin_counts_ = mass.copy()
+        # The chunks' weights were divided by data.weight_unit (a power of
+        # two): the counts are reported in the caller's units, as in memory.
+        self.bin_counts_ = mass * data.weight_unit
 
     def _calibrated_logits(self, logits):
         proba = probabilities(logits)

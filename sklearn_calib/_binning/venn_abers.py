@@ -22,6 +22,7 @@ from ..base import BaseCalibrator
 from ..utils._compat import StrOptions
 from ..utils._fitted_state import check_state_array, fail_state
 from ..utils._math import log_softmax, row_blocks
+from ..utils._validation import weight_scale
 
 # One-vs-one fits and predicts K (K - 1) / 2 binary problems: 4,950 pairs
 # (K = 100, 5,000 samples) took 12-18 s on a loaded 2-core machine, so 32,640
@@ -106,7 +107,7 @@ def _pooled_mean(tw, ts, left, right, prefix, suffix):
 TIE_RTOL = 1e-12
 
 
-def venn_abers_table(scores, labels, weights):
+def venn_abers_table(scores, labels, weights, test_weight=1.0):
     """Venn-Abers probabilities of every position of a test score.
 
     Parameters
@@ -114,6 +115,10 @@ def venn_abers_table(scores, labels, weights):
     scores : ndarray of shape (n,), float64
     labels : ndarray of shape (n,) in {0, 1}
     weights : ndarray of shape (n,), positive
+    test_weight : float, default=1.0
+        The weight of the test point on the scale of ``weights``: the
+        caller divides huge weights by a power of two so that their sums
+        cannot overflow, and the test point's weight 1 by the same.
 
     Returns
     -------
@@ -143,30 +148,35 @@ def venn_abers_table(scores, labels, weights):
     last = np.append(first[1:] - 1, ordered.size - 1) if k else first
     intervals = np.column_stack([ordered[first] - tol, ordered[last] + tol])
     if k and (not np.any(group_s > 0) or np.all(group_s >= group_w)):
-        return intervals, *_single_label_table(group_w, bool(group_s[0] > 0))
+        return intervals, *_single_label_table(
+            group_w, bool(group_s[0] > 0), test_weight
+        )
     prefix = _prefix_blocks(group_w, group_s)
     suffix = _suffix_blocks(group_w, group_s)
     p0 = np.empty(2 * k + 1)
     p1 = np.empty(2 * k + 1)
     for i in range(k + 1):
         left, right = prefix[3][i], suffix[3][i]
-        p0[2 * i] = _pooled_mean(1.0, 0.0, left, right, prefix, suffix)
-        p1[2 * i] = _pooled_mean(1.0, 1.0, left, right, prefix, suffix)
+        p0[2 * i] = _pooled_mean(test_weight, 0.0, left, right, prefix, suffix)
+        p1[2 * i] = _pooled_mean(test_weight, test_weight, left, right, prefix, suffix)
         if i < k:
             # A tie joins the test point to the group of equal scores.
             right = suffix[3][i + 1]
-            tw, ts = group_w[i] + 1.0, group_s[i]
+            tw, ts = group_w[i] + test_weight, group_s[i]
             p0[2 * i + 1] = _pooled_mean(tw, ts, left, right, prefix, suffix)
-            p1[2 * i + 1] = _pooled_mean(tw, ts + 1.0, left, right, prefix, suffix)
+            p1[2 * i + 1] = _pooled_mean(
+                tw, ts + test_weight, left, right, prefix, suffix
+            )
     return intervals, p0, p1
 
 
-def _single_label_table(group_w, positive):
+def _single_label_table(group_w, positive, test_weight=1.0):
     """The table when every calibration label is the same (closed form).
 
     All labels 0: the isotonic fit is 0 everywhere, so ``p0 = 0``, and a test
     point labelled 1 pools with every group at or above it, ``p1 = 1 / (1 +
-    weight at or above)``. All labels 1 mirror this. Many one-vs-rest
+    weight at or above)`` (the test point of weight ``test_weight``). All
+    labels 1 mirror this. Many one-vs-rest
     problems of a large vocabulary have no positive calibration sample.
     """
     k = group_w.shape[0]
@@ -181,8 +191,8 @@ def _single_label_table(group_w, positive):
     at_or_below[0::2] = below
     at_or_below[1::2] = below[1:]
     if positive:
-        return 1.0 - 1.0 / (1.0 + at_or_below), np.ones(2 * k + 1)
-    return np.zeros(2 * k + 1), 1.0 / (1.0 + at_or_above)
+        return 1.0 - test_weight / (test_weight + at_or_below), np.ones(2 * k + 1)
+    return np.zeros(2 * k + 1), test_weight / (test_weight + at_or_above)
 
 
 def _positions(intervals, scores):
@@ -398,6 +408,10 @@ class VennAbersCalibration(BaseCalibrator):
         scores[certain != -1.0] = 0.0
         return scores, certain
 
+    def _weight_scale_matters(self):
+        # Weights count as samples against the test point's weight 1.
+        return True
+
     def _fit(self, logits, y, sample_weight):
         n_classes = logits.shape[1]
         if self._one_vs_one(n_classes):
@@ -422,6 +436,10 @@ class VennAbersCalibration(BaseCalibrator):
             rest_scores = one_vs_rest_logits(logits).T
         thresholds, p0, p1, offsets = [], [], [], [0]
         keep = sample_weight > 0
+        # The test point weighs 1 against the weights as given; both are
+        # divided by a power of two (exact) so that sums cannot overflow.
+        scale = weight_scale(sample_weight)
+        sample_weight = sample_weight / scale
         for i, j in self.problems_:
             # One problem at a time: all pairs' scores at once would take
             # K (K - 1) / 2 rows of memory.
@@ -434,7 +452,10 @@ class VennAbersCalibration(BaseCalibrator):
                 rows = keep & (np.abs(rest_scores[j]) != np.inf)
                 score = rest_scores[j, rows]
             table = venn_abers_table(
-                score, (y[rows] == j).astype(np.float64), sample_weight[rows]
+                score,
+                (y[rows] == j).astype(np.float64),
+                sample_weight[rows],
+                test_weight=1.0 / scale,
             )
             thresholds.append(table[0])
             p0.append(table[1])

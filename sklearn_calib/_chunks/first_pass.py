@@ -15,16 +15,31 @@ classes from the scan and stores its own fitted state.
 """
 
 import functools
+import operator
 
 import numpy as np
 from sklearn.utils.multiclass import type_of_target
 
-from ..utils._validation import check_chunk, mask_of, resolve_classes
+from ..utils._fitted_state import excerpt
+from ..utils._validation import (
+    check_chunk,
+    check_label_types,
+    mask_of,
+    resolve_classes,
+    weight_scale,
+)
 
 
 def _scan_chunk(X, y, w):
     X, y, w = check_chunk(X, y, w)
-    labels, inverse = np.unique(y, return_inverse=True)
+    # The sums are kept in a unit (a power of two near the chunk's largest
+    # weight, exact) so that huge weights cannot overflow them; merged
+    # scans are brought to the larger unit.
+    unit = 1.0
+    if w is not None:
+        unit = weight_scale(w)
+        w = w / unit
+    labels, inverse = _distinct_labels(y)
     label_weight = np.bincount(
         inverse.ravel(), weights=w, minlength=labels.shape[0]
     ).astype(np.float64)
@@ -50,6 +65,7 @@ def _scan_chunk(X, y, w):
             minlength=labels.shape[0],
         ).astype(np.float64)
     return {
+        "unit": unit,
         "n_chunks": 1,
         "n_samples": X.shape[0],
         "n_cols": X.shape[1],
@@ -68,21 +84,25 @@ def _merge_scans(a, b):
             f"The chunks have different numbers of logit columns: {a['n_cols']} "
             f"and {b['n_cols']}."
         )
-    labels = np.union1d(a["labels"], b["labels"])
+    labels = _merged_labels(a["labels"], b["labels"])
+    unit = max(a["unit"], b["unit"])
+    # Powers of two at most 1: rescaling to the larger unit is exact.
+    fa, fb = a["unit"] / unit, b["unit"] / unit
     weight = np.zeros(labels.shape[0])
     open_label_weight = np.zeros(labels.shape[0])
-    for part in (a, b):
+    for part, factor in ((a, fa), (b, fb)):
         where = np.searchsorted(labels, part["labels"])
-        weight[where] += part["label_weight"]
-        open_label_weight[where] += part["open_label_weight"]
+        weight[where] += factor * part["label_weight"]
+        open_label_weight[where] += factor * part["open_label_weight"]
     # An empty chunk may have any width: its (zero) open weights are dropped.
     if not b["n_samples"]:
-        open_weight = a["open_weight"]
+        open_weight = fa * a["open_weight"]
     elif not a["n_samples"]:
-        open_weight = b["open_weight"]
+        open_weight = fb * b["open_weight"]
     else:
-        open_weight = a["open_weight"] + b["open_weight"]
+        open_weight = fa * a["open_weight"] + fb * b["open_weight"]
     return {
+        "unit": unit,
         "n_chunks": a["n_chunks"] + b["n_chunks"],
         "n_samples": a["n_samples"] + b["n_samples"],
         "n_cols": a["n_cols"] if a["n_samples"] else b["n_cols"],
@@ -91,8 +111,36 @@ def _merge_scans(a, b):
         "label_weight": weight,
         "open_label_weight": open_label_weight,
         "open_weight": open_weight,
-        "weight_squares": a["weight_squares"] + b["weight_squares"],
+        "weight_squares": fa**2 * a["weight_squares"] + fb**2 * b["weight_squares"],
     }
+
+
+def _distinct_labels(y):
+    """``np.unique(y, return_inverse=True)``, refusing labels of mixed types."""
+    check_label_types(y)
+    return np.unique(y, return_inverse=True)
+
+
+def _merged_labels(a, b):
+    """The sorted union of two chunks' labels, which must be of one kind."""
+    kinds = {_label_kind(a), _label_kind(b)} - {None}
+    if len(kinds) > 1:
+        raise ValueError(
+            "The chunks' labels mix numbers and strings (for example "
+            f"{excerpt(a, 3)} and {excerpt(b, 3)}): the same class written as 1 "
+            "and '1' would be two classes. Give every chunk labels of one type."
+        )
+    return np.union1d(a, b)
+
+
+def _label_kind(labels):
+    if labels.size == 0:
+        return None
+    if labels.dtype.kind in "US" or (
+        labels.dtype == object and isinstance(labels[0], str)
+    ):
+        return "str"
+    return "number"
 
 
 class ScannedChunks:
@@ -152,6 +200,9 @@ class ScannedChunks:
         self.classes, _ = resolve_classes(scan["labels"], self.n_cols, classes)
         self.label_codes = LabelCodes(self.classes)
         self.n_classes = 2 if self.n_cols == 1 else self.n_cols
+        # Every weight sum below is in this unit (see _scan_chunk), and the
+        # encoded chunks' weights are divided by it too.
+        self.weight_unit = float(scan["unit"])
         self.total_weight = float(scan["label_weight"].sum())
         if not self.total_weight > 0:
             raise ValueError("sample_weight is zero for every sample; nothing to fit.")
@@ -174,17 +225,44 @@ class ScannedChunks:
             self.sample = self.encode(*raw)
 
     def reduce(self, func, combine=None):
-        """Reduce ``func(logits, codes, weights)`` over validated, encoded chunks."""
+        """Reduce ``func(logits, codes, weights)`` over validated, encoded chunks.
+
+        Each pass also counts its rows and weights: data that changed since
+        the first pass (a chunk dropped, rows or weights edited) is refused
+        instead of fitted.
+        """
         task = functools.partial(
-            _encoded_call, func=func, label_codes=self.label_codes, dtype=self.dtype
+            _counted_call,
+            func=func,
+            label_codes=self.label_codes,
+            dtype=self.dtype,
+            unit=self.weight_unit,
         )
-        if combine is None:
-            return self.source.reduce(task)
-        return self.source.reduce(task, combine)
+        combine = functools.partial(
+            _counted_combine, combine=operator.add if combine is None else combine
+        )
+        value, n_samples, total = self.source.reduce(task, combine)
+        self.check_pass(n_samples, total)
+        return value
+
+    def check_pass(self, n_samples, total_weight):
+        """Refuse a pass whose rows or total weight differ from the first pass."""
+        if n_samples != self.n_samples or not np.isclose(
+            total_weight, self.total_weight, rtol=1e-9, atol=0.0
+        ):
+            raise ValueError(
+                f"The chunks changed between two passes over the data: the first "
+                f"pass read {self.n_samples:,} rows of total weight "
+                f"{self.total_weight * self.weight_unit:.17g}, a later one "
+                f"{n_samples:,} rows of total weight "
+                f"{total_weight * self.weight_unit:.17g}. A chunked fit reads the "
+                "data several times; give a re-iterable that yields the same "
+                "chunks each time."
+            )
 
     def encode(self, X, y, w):
         """``(logits, codes, weights)`` of one raw chunk."""
-        return encode_chunk(X, y, w, self.label_codes, self.dtype)
+        return encode_chunk(X, y, w, self.label_codes, self.dtype, self.weight_unit)
 
     def gather(self, rows):
         """The encoded rows of the sorted global indices ``rows``."""
@@ -197,8 +275,13 @@ class ScannedChunks:
             for index in range(source.n_chunks):
                 yield self._dask_block(index)
         else:
+            n_samples, total = 0, 0.0
             for chunk in source.chunks():
-                yield self.encode(*chunk)
+                encoded = self.encode(*chunk)
+                n_samples += encoded[0].shape[0]
+                total += float(encoded[2].sum())
+                yield encoded
+            self.check_pass(n_samples, total)
 
     def shuffled_chunks(self, rng):
         """Encoded chunks without end, shuffled each epoch where the source allows.
@@ -213,8 +296,13 @@ class ScannedChunks:
                 for index in rng.permutation(source.n_chunks):
                     yield self._dask_block(index)
             else:
+                n_samples, total = 0, 0.0
                 for chunk in source.chunks():
-                    yield self.encode(*chunk)
+                    encoded = self.encode(*chunk)
+                    n_samples += encoded[0].shape[0]
+                    total += float(encoded[2].sum())
+                    yield encoded
+                self.check_pass(n_samples, total)
 
     def _dask_block(self, index):
         import dask
@@ -239,19 +327,49 @@ class LabelCodes:
         self.sorted = np.asarray(classes)[self.order]
 
     def __call__(self, labels):
-        return self.order[np.searchsorted(self.sorted, labels)].astype(np.intp)
+        labels = np.asarray(labels)
+        try:
+            where = np.searchsorted(self.sorted, labels)
+            where = np.minimum(where, self.sorted.shape[0] - 1)
+            known = np.asarray(self.sorted[where] == labels, dtype=bool)
+        except (TypeError, ValueError):
+            known = np.zeros(labels.shape, dtype=bool)
+            where = None
+        if known.shape != labels.shape or not known.all():
+            unknown = labels if where is None else labels[~known]
+            raise ValueError(
+                f"A chunk holds labels that are not among the classes of the first "
+                f"pass over the data ({excerpt(np.unique(unknown.astype(object)))}; "
+                f"classes: {excerpt(self.sorted)}): the chunks changed between "
+                "two passes. A chunked fit reads the data several times; give a "
+                "re-iterable that yields the same chunks each time."
+            )
+        return self.order[where].astype(np.intp)
 
 
-def encode_chunk(X, y, w, label_codes, dtype):
-    """``(logits, codes, weights)`` of a raw chunk (its values checked already)."""
+def encode_chunk(X, y, w, label_codes, dtype, unit=1.0):
+    """``(logits, codes, weights)`` of a raw chunk (its values checked already).
+
+    The weights are divided by ``unit``, the first pass's power of two near
+    the largest weight, in which every weight sum of the scan is kept.
+    """
     X, y, w = check_chunk(X, y, w, check_values=False)
     logits = X.astype(dtype, copy=False)
     if logits.shape[1] == 1:
         logits = np.hstack([np.zeros_like(logits), logits])
     codes = label_codes(y)
-    weights = np.ones(X.shape[0]) if w is None else w
+    weights = np.ones(X.shape[0]) / unit if w is None else w / unit
     return logits, codes, weights
 
 
-def _encoded_call(X, y, w, *, func, label_codes, dtype):
-    return func(*encode_chunk(X, y, w, label_codes, dtype))
+def _encoded_call(X, y, w, *, func, label_codes, dtype, unit=1.0):
+    return func(*encode_chunk(X, y, w, label_codes, dtype, unit))
+
+
+def _counted_call(X, y, w, *, func, label_codes, dtype, unit):
+    logits, codes, weights = encode_chunk(X, y, w, label_codes, dtype, unit)
+    return func(logits, codes, weights), logits.shape[0], float(weights.sum())
+
+
+def _counted_combine(a, b, *, combine):
+    return combine(a[0], b[0]), a[1] + b[1], a[2] + b[2]

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from ..utils._validation import check_labels_per_row
+from ..utils._validation import check_labels_per_row, computed_dtype
 from .graph import reduction_graph
 
 # Rows per chunk when a memmap or .npy array is split: about this many bytes of
@@ -430,7 +430,8 @@ def map_dask_method(estimator, X, method):
             drop_axis=1,
             meta=np.empty((0,), dtype=classes.dtype),
         )
-    dtype = np.float32 if X.dtype == np.float32 else np.float64
+    # The dtype the blocks are computed in (float16 in float32).
+    dtype = computed_dtype(X.dtype)
     n_classes = len(estimator.classes_)
     return X.map_blocks(
         func,

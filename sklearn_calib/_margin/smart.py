@@ -544,6 +544,8 @@ class SMART(BaseCalibrator):
                 finite=True,
             )
         check_state_int(self, "n_iter_")
+        check_state_array(self, "loss_curve_", ndim=1, numeric=True)
+        check_state_float(self, "best_loss_")
 
     def _warn_effective_samples(self, effective):
         """Warn below MIN_RELIABLE_SAMPLES (effective) calibration samples."""

@@ -30,6 +30,7 @@ from ..utils._fitted_state import (
     check_state_list,
     fail_state,
     get_state,
+    is_fitted_state,
 )
 from ..utils._validation import (
     check_classification_labels,
@@ -499,7 +500,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         # Files of an earlier version have no classes parameter.
         state.setdefault("classes", None)
         super().__setstate__(state)
-        if "classes_" in state:
+        # Any fitted attribute: checked in full, classes_ deleted or not.
+        if is_fitted_state(state):
             self._check_fitted_state()
 
     def get_metadata_routing(self):

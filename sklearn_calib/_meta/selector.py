@@ -15,6 +15,7 @@ from ..utils._compat import HasMethods, StrOptions, check_is_fitted
 from ..utils._fitted_state import (
     check_state_array,
     check_state_calibrator,
+    check_state_float,
     check_state_int,
     fail_state,
     get_state,
@@ -268,6 +269,11 @@ class CalibratorSelector(BaseCalibrator):
 
         return get_scorer(self.scoring)
 
+    def _weight_scale_matters(self):
+        # The candidates receive the weights as given and normalise them
+        # themselves, unless their own fit depends on the scale (Platt).
+        return True
+
     def _fit(self, logits, y, sample_weight):
         oof = self._select(
             logits,
@@ -414,6 +420,13 @@ class CalibratorSelector(BaseCalibrator):
             shape=(n_candidates,),
             numeric=True,
         )
+        best = check_state_float(self, "best_score_")
+        if best != float(results["mean_test_score"][index]):
+            fail_state(
+                self, "best_score_", "must be the mean test score of best_index_"
+            )
+        if not callable(get_state(self, "scorer_")):
+            fail_state(self, "scorer_", "must be a callable scorer")
 
     def _calibrated_logits(self, logits):
         # The chosen calibrator's log-probabilities are calibrated logits:

@@ -24,6 +24,7 @@ from ..utils._validation import (
     check_device,
     check_true_class_unmasked,
     mask_of,
+    weight_scale,
 )
 from .temperature import (
     fit_temperature_chunks,
@@ -1015,6 +1016,10 @@ class PlattScaling(AffineCalibrator):
         self.tol = tol
         self.classes = classes
 
+    def _weight_scale_matters(self):
+        # Platt's targets read the weighted counts as sample sizes.
+        return self.smooth_targets
+
     def _fit(self, logits, y, sample_weight):
         check_device(self.device)
         if logits.shape[1] != 2:
@@ -1044,13 +1049,17 @@ class PlattScaling(AffineCalibrator):
             # Each sample becomes a positive row weighted by its target t and
             # a negative row weighted by 1 - t: the NLL against soft targets.
             # The targets use the weighted counts as they are (scikit-learn's
-            # convention); the weights are normalised only afterwards.
-            n_positive = float(sample_weight[y == 1].sum())
-            n_negative = float(sample_weight[y == 0].sum())
-            target = np.where(
-                y == 1, (n_positive + 1) / (n_positive + 2), 1 / (n_negative + 2)
+            # convention), summed after dividing by a power of two near the
+            # largest weight (exact) so that huge weights cannot overflow the
+            # sums; counts beyond float64 give the limit targets 1 and 0.
+            scale = weight_scale(sample_weight)
+            sample_weight = sample_weight / scale
+            n_positive = scale * float(sample_weight[y == 1].sum())
+            n_negative = scale * float(sample_weight[y == 0].sum())
+            positive_target = (
+                (n_positive + 1) / (n_positive + 2) if np.isfinite(n_positive) else 1.0
             )
-            sample_weight = sample_weight / sample_weight.max()
+            target = np.where(y == 1, positive_target, 1 / (n_negative + 2))
             features = np.concatenate([features, features])
             y = np.concatenate([np.ones_like(y), np.zeros_like(y)])
             sample_weight = np.concatenate(
@@ -1077,9 +1086,13 @@ class PlattScaling(AffineCalibrator):
             )
         if self.smooth_targets:
             # Platt's counts leave out the rows with a masked class, as in memory.
-            n_negative, n_positive = data.open_class_weight
+            # The scan's weights are divided by data.weight_unit (a power of
+            # two, so that sums cannot overflow); the counts are in samples.
+            with np.errstate(over="ignore", invalid="ignore"):
+                n_negative, n_positive = data.open_class_weight * data.weight_unit
+                positive = (n_positive + 1) / (n_positive + 2)
             targets = np.array(
-                [1 / (n_negative + 2), (n_positive + 1) / (n_positive + 2)]
+                [1 / (n_negative + 2), positive if np.isfinite(n_positive) else 1.0]
             )
         else:
             targets = np.array([0.0, 1.0])

@@ -12,7 +12,7 @@ from numbers import Real
 import numpy as np
 
 from ..utils._compat import Interval, check_is_fitted
-from ..utils._fitted_state import check_state_float
+from ..utils._fitted_state import check_state_float, fail_state, get_state
 from ..utils._math import log_softmax, scale_logits
 from .affine import AffineCalibrator, mask_of, mixing_inputs
 from .temperature import TemperatureScaling
@@ -135,6 +135,29 @@ class _StructuredScaling(AffineCalibrator):
         check_state_float(self, "temperature_", low=0.0, low_open=True)
         # e = 1 / (n + 1) with n >= 1 effective sample.
         check_state_float(self, "mix_weight_", low=0.0, low_open=True, high=0.5)
+        check_state_float(self, "objective_")
+        strengths = get_state(self, "penalty_strengths_")
+        if not isinstance(strengths, dict) or set(strengths) != {
+            "intercept",
+            "diagonal",
+            "off_diagonal",
+        }:
+            fail_state(
+                self,
+                "penalty_strengths_",
+                "must be a dict of the intercept, diagonal and off_diagonal strengths",
+            )
+        for key, value in strengths.items():
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, Real)
+                or not (np.isfinite(value) and value >= 0)
+            ):
+                fail_state(
+                    self,
+                    "penalty_strengths_",
+                    f"{key} must be a number >= 0, got {value!r}",
+                )
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype

@@ -10,10 +10,18 @@ class CommandError(Exception):
     """Bad usage or input: reported as one line on stderr, exit status 2."""
 
 
+# A message line longer than this is cut (a library or a dependency may quote a
+# whole array; a terminal needs the start).
+MAX_LINE = 2000
+
+
 def first_line(message):
-    """The first line of an exception or warning message, stripped."""
+    """The first line of an exception or warning message, stripped and bounded."""
     text = str(message).strip()
-    return text.splitlines()[0] if text else ""
+    line = text.splitlines()[0] if text else ""
+    if len(line) > MAX_LINE:
+        line = f"{line[:MAX_LINE]}... ({len(line) - MAX_LINE:,} more characters)"
+    return line
 
 
 def warning_lines(caught):

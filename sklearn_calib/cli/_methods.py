@@ -174,8 +174,12 @@ def load_calibrator(path):
     from skops.io.exceptions import UntrustedTypesFoundException
 
     from ..base import BaseCalibrator
-    from ..utils.persistence import skops_trusted_types
+    from ..utils.persistence import check_skops_archive, skops_trusted_types
 
+    try:
+        check_skops_archive(path)
+    except ValueError as exc:
+        raise CommandError(f"{path}: refused, {first_line(exc)}") from exc
     try:
         estimator = sio.load(path, trusted=skops_trusted_types())
     except UntrustedTypesFoundException as exc:

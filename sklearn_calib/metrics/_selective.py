@@ -13,8 +13,18 @@ from ..utils._validation import (
     as_numpy_array,
     check_labels_per_row,
     check_metric_inputs,
+    weight_scale,
 )
 from ._bin_statistics import top_label
+
+__all__ = [
+    "RiskCoverageCurve",
+    "aurc",
+    "coverage_at_risk",
+    "excess_aurc",
+    "risk_coverage_curve",
+    "selective_risk",
+]
 
 
 class RiskCoverageCurve(NamedTuple):
@@ -45,6 +55,10 @@ class _Statistics(NamedTuple):
     cum_loss: np.ndarray  # errors accepted up to and including the group
     thresholds: np.ndarray
     total: float
+    # The weights above are divided by this power of two (exact), so that
+    # huge weights cannot overflow the sums; AURC reads them as counts
+    # (frequency weights) and multiplies it back where the count matters.
+    weight_unit: float = 1.0
 
 
 def _check_confidence(confidence, n_samples):
@@ -69,6 +83,8 @@ def selective_statistics(y_codes, y_prob, confidence, sample_weight):
     weights = (
         np.ones(y_prob.shape[0]) if sample_weight is None else sample_weight
     ).astype(np.float64)
+    unit = weight_scale(weights)
+    weights = weights / unit
     order = np.argsort(-confidence, kind="stable")
     ranked = confidence[order]
     weights = weights[order]
@@ -87,35 +103,57 @@ def selective_statistics(y_codes, y_prob, confidence, sample_weight):
         cum_loss=np.cumsum(loss),
         thresholds=thresholds,
         total=float(mass.sum()),
+        weight_unit=unit,
     )
 
 
-def _area(mass, loss, cum_mass, cum_loss, total):
+def _digamma_of_count(mass, unit):
+    """``digamma(unit * mass + 1)`` without forming an overflowing ``unit * mass``.
+
+    Beyond 1e15 samples ``digamma(x + 1) = log(x) + 1 / (2 x)`` to double
+    precision, and ``log(x) = log(unit) + log(mass)`` needs no product.
+    """
+    with np.errstate(over="ignore"):
+        count = unit * mass
+    out = np.empty_like(mass)
+    small = count < 1e15
+    out[small] = digamma(count[small] + 1.0)
+    big = ~small
+    with np.errstate(divide="ignore"):
+        out[big] = np.log(unit) + np.log(mass[big]) + 0.5 / count[big]
+    return out
+
+
+def _area(mass, loss, cum_mass, cum_loss, total, unit=1.0):
     """``(1/W) sum_k r_k`` with ties averaged; see the module docstring.
 
     Inside a group the expected errors among the first ``t`` accepted grow
     linearly, ``L_prev + rho (t - K_prev)``, so the group adds
     ``sum_k (L_prev + rho (k - K_prev)) / k`` over its ``k``: ``rho m +
     (L_prev - rho K_prev) (psi(K + 1) - psi(K_prev + 1))``. With unit weights
-    and no ties each term is exactly ``r_k``.
+    and no ties each term is exactly ``r_k``. The weights are given divided
+    by ``unit``; only the digamma terms read them as counts.
     """
     prev_mass = cum_mass - mass
     prev_loss = cum_loss - loss
     rate = loss / mass
-    harmonic = digamma(cum_mass + 1.0) - digamma(prev_mass + 1.0)
+    harmonic = _digamma_of_count(cum_mass, unit) - _digamma_of_count(prev_mass, unit)
     return float(np.sum(loss + (prev_loss - rate * prev_mass) * harmonic) / total)
 
 
 def aurc_from_statistics(stats):
     """AURC and E-AURC of grouped statistics."""
-    area = _area(stats.mass, stats.loss, stats.cum_mass, stats.cum_loss, stats.total)
+    unit = stats.weight_unit
+    area = _area(
+        stats.mass, stats.loss, stats.cum_mass, stats.cum_loss, stats.total, unit
+    )
     errors = float(stats.cum_loss[-1])
     right = stats.total - errors
     # The ideal confidence: one group of the correct predictions, then one of
     # the errors (either may be empty).
     mass = np.array([m for m in (right, errors) if m > 0])
     loss = np.array([0.0, errors] if right > 0 and errors > 0 else [errors])
-    ideal = _area(mass, loss, np.cumsum(mass), np.cumsum(loss), stats.total)
+    ideal = _area(mass, loss, np.cumsum(mass), np.cumsum(loss), stats.total, unit)
     return area, area - ideal
 
 

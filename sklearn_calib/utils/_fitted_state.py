@@ -14,6 +14,32 @@ from numbers import Integral, Real
 import numpy as np
 
 
+def excerpt(values, limit=10):
+    """``repr`` of at most ``limit`` items of an array or list, and how many more.
+
+    Error messages show what is wrong without printing a whole array: a file
+    of 78 KB may hold millions of labels.
+    """
+    items = np.asarray(values).ravel()[: limit + 1].tolist()
+    total = np.size(values)
+    if total <= limit:
+        return repr(items)
+    return f"{items[:limit]!r} (and {total - limit:,} more)"
+
+
+def is_fitted_state(state):
+    """Whether a saved ``__dict__`` holds any fitted attribute.
+
+    The names scikit-learn's ``check_is_fitted`` counts (a trailing
+    underscore, not a dunder): a state is checked whenever any of them is
+    present, so deleting ``classes_`` cannot skip the checks of the rest.
+    """
+    return any(
+        isinstance(key, str) and key.endswith("_") and not key.startswith("__")
+        for key in state
+    )
+
+
 def _fail(estimator, name, problem):
     raise ValueError(
         f"Fitted attribute {name} of {type(estimator).__name__} {problem}; this "
@@ -116,7 +142,7 @@ def check_state_classes(estimator, name="classes_", *, min_classes=2):
         _fail(
             estimator,
             name,
-            f"must hold at least {min_classes} classes, got {classes.tolist()!r}",
+            f"must hold at least {min_classes} classes, got {excerpt(classes)}",
         )
     if classes.dtype.kind == "f" and not np.all(np.isfinite(classes)):
         _fail(estimator, name, "contains NaN or infinity")
@@ -125,7 +151,13 @@ def check_state_classes(estimator, name="classes_", *, min_classes=2):
     except TypeError:
         _fail(estimator, name, "mixes labels that cannot be compared")
     if np.any(ordered[1:] == ordered[:-1]):
-        _fail(estimator, name, f"contains duplicates: {classes.tolist()!r}")
+        duplicated = ordered[1:][ordered[1:] == ordered[:-1]]
+        _fail(
+            estimator,
+            name,
+            f"contains duplicates: {excerpt(np.unique(duplicated))} among "
+            f"{classes.shape[0]:,} classes",
+        )
     return classes.shape[0]
 
 

@@ -12,7 +12,8 @@ import numpy as np
 from sklearn.utils import assert_all_finite, column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 
-from ._compat import _check_sample_weight, validate_data
+from ._compat import _num_samples, validate_data
+from ._fitted_state import excerpt
 from ._math import row_blocks
 
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
@@ -67,6 +68,17 @@ def check_true_labels(y_true, n_samples, *, rows_of="y_prob"):
             f"{y_true.shape[0]} and {n_samples}."
         )
     return y_true
+
+
+def computed_dtype(dtype):
+    """The float dtype in which logits of ``dtype`` are calibrated.
+
+    float32 stays float32 and float16 becomes float32 (see :func:`to_numpy`);
+    every other dtype (float64, integers) is computed in float64. Lazy (dask)
+    output declares this dtype, and chunk writers promote to it.
+    """
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32 if dtype in (np.float16, np.float32) else np.float64)
 
 
 def check_device(device):
@@ -266,6 +278,28 @@ def check_logits_and_labels(estimator, X, y):
     return check_masked_logits(X), y
 
 
+def check_label_types(y, *, name="y"):
+    """Refuse labels that mix strings and numbers (``1`` and ``"1"``).
+
+    numpy sorts such an object array only with a bare "'<' not supported";
+    and merging chunks of int labels with chunks of str labels would sort
+    them as strings ('10' before '2'). Either way the classes would be wrong.
+    """
+    y = np.asarray(y)
+    if y.dtype != object or y.size == 0:
+        return y
+    is_text = np.fromiter((isinstance(v, str) for v in y.ravel()), bool, y.size)
+    if is_text.any() and not is_text.all():
+        text = y.ravel()[is_text][0]
+        other = y.ravel()[~is_text][0]
+        raise ValueError(
+            f"{name} mixes strings and other labels (for example {text!r} and "
+            f"{other!r}); give labels of one type: the same class written as 1 "
+            "and '1' would otherwise be two classes."
+        )
+    return y
+
+
 def check_logit_labels(y):
     """Classification labels, without scikit-learn's "regression" hint.
 
@@ -274,6 +308,7 @@ def check_logit_labels(y):
     reads as regression. Here the labels index logit columns, so that hint
     cannot apply and is not shown; continuous labels are still refused.
     """
+    check_label_types(y)
     with warnings.catch_warnings():
         warnings.filterwarnings(
             "ignore",
@@ -368,7 +403,7 @@ def check_column_classes(classes, n_classes, *, name, columns):
             f"{columns}, but {name} has shape {classes.shape}."
         )
     if classes.dtype.kind == "f" and not np.all(np.isfinite(classes)):
-        raise ValueError(f"{name} contains NaN or infinity: {classes.tolist()!r}.")
+        raise ValueError(f"{name} contains NaN or infinity: {excerpt(classes)}.")
     try:
         ordered = np.sort(classes, kind="stable")
     except TypeError as exc:
@@ -376,7 +411,8 @@ def check_column_classes(classes, n_classes, *, name, columns):
             f"{name} mixes label types that cannot be compared ({exc})."
         ) from None
     if np.any(ordered[1:] == ordered[:-1]):
-        raise ValueError(f"{name} contains duplicates: {classes.tolist()!r}.")
+        duplicated = np.unique(ordered[1:][ordered[1:] == ordered[:-1]])
+        raise ValueError(f"{name} contains duplicates: {excerpt(duplicated)}.")
     return classes
 
 
@@ -411,7 +447,7 @@ def encode_with_classes(y, classes, *, y_name, name):
         unknown = np.unique(y[~known])[:5]
         raise ValueError(
             f"{y_name} contains labels that are not in {name}: "
-            f"{unknown.tolist()!r} ({name}: {classes.tolist()!r})."
+            f"{unknown.tolist()!r} ({name}: {excerpt(classes)})."
         )
     return codes
 
@@ -503,7 +539,7 @@ def resolve_classes(y, n_cols, classes=None):
     if distinct.shape[0] < 2:
         raise ValueError(
             "Calibration needs samples of at least 2 classes; y contains only 1 "
-            f"class: {distinct.tolist()!r}. Pass classes= (the label of each "
+            f"class: {excerpt(distinct)}. Pass classes= (the label of each "
             "logit column) to fit on a set that holds fewer classes."
         )
     if (
@@ -543,23 +579,92 @@ def check_labels_per_row(y, n_rows, *, name="y", rows_of="X"):
     return y
 
 
-def check_sample_weight(sample_weight, X):
-    """Validate sample weights: finite, non-negative, not all zero, float64."""
+def check_weight_values(sample_weight, n_samples, *, name="sample_weight"):
+    """Weights of ``n_samples`` rows as a float64 array: finite, non-negative.
+
+    The one check of weight values, shared by the in-memory fits, the chunks
+    of a chunked fit and the metric accumulators (where a chunk may weigh
+    every row zero). A scalar weighs every row the same and is checked like
+    an array: ``inf`` and ``nan`` are refused, not expanded. One message per
+    problem: NaN, infinity, negative values, wrong shape.
+    """
+    weights = to_numpy(sample_weight)
+    if hasattr(weights, "to_numpy") and not isinstance(weights, np.ndarray):
+        weights = weights.to_numpy()
+    try:
+        weights = np.asarray(weights, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"{name} must hold real numbers (one non-negative weight per sample); "
+            f"got {type(sample_weight).__name__}."
+        ) from None
+    if weights.ndim == 0:
+        weights = np.full(n_samples, weights[()])
+    elif weights.ndim == 2 and weights.shape[1] == 1:
+        weights = weights[:, 0]
+    if weights.ndim != 1 or weights.shape[0] != n_samples:
+        raise ValueError(
+            f"{name} must have shape ({n_samples},), one weight per sample; got "
+            f"shape {weights.shape}."
+        )
+    if n_samples:
+        lowest, highest = weights.min(), weights.max()
+        if not (np.isfinite(lowest) and np.isfinite(highest)):
+            if np.isnan(weights).any():
+                raise ValueError(f"{name} contains NaN.")
+            raise ValueError(f"{name} contains infinity; weights must be finite.")
+        if lowest < 0:
+            raise ValueError(
+                f"{name} contains negative values (min {lowest:.6g}); weights "
+                "must be non-negative."
+            )
+    return weights
+
+
+def weight_scale(sample_weight):
+    """The power of two nearest below the largest weight (1.0 without weights).
+
+    Dividing by it is exact in floating point (unless a weight is more than
+    about 1e300 times smaller than the largest, where it underflows as it
+    would anyway) and brings the largest weight into [1, 2): sums of
+    millions of weights then stay far from overflow, whatever the scale the
+    caller chose. Multiplying every weight by a constant must change nothing.
+    """
+    if sample_weight is None or sample_weight.size == 0:
+        return 1.0
+    largest = float(np.max(sample_weight))
+    if not largest > 0:
+        return 1.0
+    return float(np.ldexp(1.0, np.frexp(largest)[1] - 1))
+
+
+def check_sample_weight(sample_weight, X, *, normalize=False):
+    """Validate sample weights: finite, non-negative, not all zero, float64.
+
+    Parameters
+    ----------
+    sample_weight : array-like of shape (n_samples,), scalar or None
+        None weighs every sample 1; a scalar weighs every sample the same.
+    X : array-like
+        The data, for the number of samples.
+    normalize : bool, default=False
+        Divide the weights by :func:`weight_scale` (exact: a power of two),
+        for a fit whose result does not depend on the scale of the weights:
+        its sums then never overflow (2,000 weights of 1e306 fit as 2,000
+        weights of 1).
+
+    Returns
+    -------
+    sample_weight : ndarray of shape (n_samples,) of float64
+    """
+    n_samples = _num_samples(X)
     if sample_weight is None:
-        return np.ones(X.shape[0], dtype=np.float64)
-    sample_weight = to_numpy(sample_weight)
-    sample_weight = (
-        np.asarray(sample_weight, dtype=np.float64)
-        if not np.isscalar(sample_weight)
-        else sample_weight
-    )
-    if not np.isscalar(sample_weight) and not np.all(np.isfinite(sample_weight)):
-        raise ValueError("sample_weight contains NaN or infinity.")
-    sample_weight = _check_sample_weight(
-        sample_weight, X, dtype=np.float64, ensure_non_negative=True
-    )
+        return np.ones(n_samples, dtype=np.float64)
+    sample_weight = check_weight_values(sample_weight, n_samples)
     if not np.any(sample_weight > 0):
         raise ValueError("sample_weight is zero for every sample; nothing to fit.")
+    if normalize:
+        sample_weight = sample_weight / weight_scale(sample_weight)
     return sample_weight
 
 

@@ -9,6 +9,17 @@ estimators, and the scorer class and metric functions a fitted
 """
 
 import inspect
+import zipfile
+
+# A skops file is a zip archive of a JSON schema and one .npy member per
+# array. Fitted arrays of floats hardly compress, so a member that expands
+# more than this many times, beyond MAX_COMPRESSED_MEMBER bytes, is not a
+# fitted state but padding (10**8 zeros deflate to 778 KB and expand to
+# 800 MB): it is refused before it is expanded.
+MAX_EXPANSION = 100
+MAX_COMPRESSED_MEMBER = 16 * 2**20
+# No calibrator's state comes near this in total.
+MAX_ARCHIVE_BYTES = 2**31
 
 
 def _qualified_name(obj):
@@ -116,3 +127,66 @@ def skops_trusted_types():
         ):
             trusted.add(_qualified_name(obj))
     return sorted(trusted)
+
+
+def check_skops_archive(file):
+    """Refuse a skops file whose members expand far beyond a fitted state.
+
+    Reads only the archive's directory (the sizes it declares), never the
+    members themselves, so a small file that would expand to gigabytes is
+    refused before :func:`skops.io.load` expands it. A fitted calibrator's
+    arrays (parameters, thresholds, calibration scores) are numbers that
+    hardly compress; a member that expands more than ``MAX_EXPANSION`` times
+    beyond ``MAX_COMPRESSED_MEMBER`` bytes, or an archive of more than
+    ``MAX_ARCHIVE_BYTES`` in all, is padding, not a state a fit produces.
+
+    Parameters
+    ----------
+    file : str, path or file-like
+        The skops file.
+
+    Raises
+    ------
+    ValueError
+        Naming the member and its sizes. A file that is not a zip archive is
+        left to skops, which names the problem itself.
+
+    See Also
+    --------
+    skops_trusted_types : The types to trust when loading the file.
+
+    Examples
+    --------
+    >>> import io, zipfile
+    >>> from sklearn_calib.utils.persistence import check_skops_archive
+    >>> padded = io.BytesIO()
+    >>> with zipfile.ZipFile(padded, "w", zipfile.ZIP_DEFLATED) as archive:
+    ...     archive.writestr("a.npy", bytes(20 * 2**20))
+    >>> check_skops_archive(padded)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    ValueError: The saved state's member 'a.npy' expands from ... bytes: ...
+    """
+    try:
+        archive = zipfile.ZipFile(file)
+    except (zipfile.BadZipFile, OSError):
+        return
+    with archive:
+        total = 0
+        for info in archive.infolist():
+            total += info.file_size
+            if info.file_size > MAX_COMPRESSED_MEMBER and info.file_size > (
+                MAX_EXPANSION * max(info.compress_size, 1)
+            ):
+                raise ValueError(
+                    f"The saved state's member {info.filename!r} expands from "
+                    f"{info.compress_size:,} to {info.file_size:,} bytes: far "
+                    "more than any fitted state needs (its arrays of numbers "
+                    "hardly compress); the file was not written by a fit and "
+                    "is refused before it is expanded."
+                )
+        if total > MAX_ARCHIVE_BYTES:
+            raise ValueError(
+                f"The saved state expands to {total:,} bytes, more than any "
+                "fitted calibrator needs; refused before it is expanded."
+            )
