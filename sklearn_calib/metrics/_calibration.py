@@ -538,4 +538,3 @@ def calibration_curve(
         confidence_level=confidence_level,
     )
     return CalibrationCurveInterval(*curve, low, high)
-
