@@ -10,6 +10,7 @@ from sklearn.base import clone
 from sklearn.exceptions import FitFailedWarning
 from sklearn.model_selection import check_cv
 from sklearn.utils import get_tags
+from sklearn.utils.parallel import Parallel, delayed
 
 from .base import BaseCalibrator
 from .utils._compat import HasMethods, StrOptions, check_is_fitted
@@ -106,6 +107,42 @@ def _partitions(splits, n_samples):
     return bool(np.all(np.bincount(held_out, minlength=n_samples) == 1))
 
 
+def _weight_kwargs(sample_weight):
+    return {} if sample_weight is None else {"sample_weight": sample_weight}
+
+
+def _fit_and_score(
+    estimator, scorer, logits, y, sample_weight, train, test, keep_oof, error_score
+):
+    """``estimator`` fitted on ``train`` and scored on ``test``.
+
+    Returns ``(score, fit_time, score_time, oof, failure)``: ``oof`` the fit's
+    log-probabilities of the ``test`` rows (with ``keep_oof``), ``failure``
+    None, or why the fit or the scoring failed (the score is then
+    ``error_score``; with ``error_score="raise"`` the error propagates).
+    """
+    train_weight = None if sample_weight is None else sample_weight[train]
+    test_weight = None if sample_weight is None else sample_weight[test]
+    start = time.perf_counter()
+    try:
+        fitted = clone(estimator).fit(
+            logits[train], y[train], **_weight_kwargs(train_weight)
+        )
+        fit_time = time.perf_counter() - start
+        start = time.perf_counter()
+        score = float(
+            scorer(fitted, logits[test], y[test], **_weight_kwargs(test_weight))
+        )
+        score_time = time.perf_counter() - start
+        oof = fitted.transform(logits[test]) if keep_oof else None
+    except Exception as error:
+        if error_score == "raise":
+            raise
+        failure = f"{type(error).__name__}: {error}"
+        return float(error_score), time.perf_counter() - start, 0.0, None, failure
+    return score, fit_time, score_time, oof, None
+
+
 def _with_code_classes(estimator, n_classes):
     """A clone told that its columns are the codes 0..n_classes-1, if it can be."""
     estimator = clone(estimator)
@@ -155,6 +192,14 @@ class CalibratorSelector(BaseCalibrator):
         How to split the calibration logits: the number of stratified folds, a
         splitter such as :class:`~sklearn.model_selection.KFold`, or an
         iterable of ``(train, test)`` index arrays.
+    n_jobs : int, default=None
+        Number of jobs fitting and scoring the candidates on the splits in
+        parallel (joblib; ``None`` means 1 unless in a
+        :func:`joblib.parallel_config` context, ``-1`` all processors). Each
+        worker runs torch on ``cpu_count() // n_jobs`` threads, as joblib
+        limits BLAS threads. Warnings other than the
+        :class:`~sklearn.exceptions.FitFailedWarning` of a failed candidate
+        stay in the workers.
     error_score : "raise" or float, default=np.nan
         The score of a candidate whose fit or scoring fails on a split (a
         binary-only calibrator on many classes, say); a
@@ -249,6 +294,7 @@ class CalibratorSelector(BaseCalibrator):
         "calibrators": [list, tuple, None],
         "scoring": [str, callable],
         "cv": ["cv_object"],
+        "n_jobs": [Integral, None],
         "error_score": [StrOptions({"raise"}), Real],
     }
 
@@ -258,6 +304,7 @@ class CalibratorSelector(BaseCalibrator):
         *,
         scoring="neg_log_loss",
         cv=5,
+        n_jobs=None,
         error_score=np.nan,
         classes=None,
     ):
@@ -265,6 +312,7 @@ class CalibratorSelector(BaseCalibrator):
         self.calibrators = calibrators
         self.scoring = scoring
         self.cv = cv
+        self.n_jobs = n_jobs
         self.error_score = error_score
         self.classes = classes
 
@@ -356,19 +404,39 @@ class CalibratorSelector(BaseCalibrator):
         fit_times = np.zeros((n_candidates, n_splits))
         score_times = np.zeros((n_candidates, n_splits))
         oof = [np.full(logits.shape, np.nan) if keep_oof else None for _ in names]
-        for c, (name, estimator) in enumerate(zip(names, estimators, strict=True)):
-            for s, (train, test) in enumerate(splits):
-                scores[c, s], fit_times[c, s], score_times[c, s] = self._fit_and_score(
-                    name,
-                    estimator,
-                    scorer,
-                    logits,
-                    y,
-                    sample_weight if weighted else None,
-                    train,
-                    test,
-                    oof[c],
+        tasks = [
+            (c, s, name, estimator, train, test)
+            for c, (name, estimator) in enumerate(zip(names, estimators, strict=True))
+            for s, (train, test) in enumerate(splits)
+        ]
+        # Each (candidate, split) fit is independent: joblib runs them in
+        # parallel with n_jobs, in order otherwise. A failure comes back as a
+        # message and is warned about here, in task order, not in a worker.
+        results = Parallel(n_jobs=self.n_jobs)(
+            delayed(_fit_and_score)(
+                estimator,
+                scorer,
+                logits,
+                y,
+                sample_weight if weighted else None,
+                train,
+                test,
+                keep_oof,
+                self.error_score,
+            )
+            for _, _, _, estimator, train, test in tasks
+        )
+        for (c, s, name, _, _, test), result in zip(tasks, results, strict=True):
+            scores[c, s], fit_times[c, s], score_times[c, s], rows, failure = result
+            if failure is not None:
+                warnings.warn(
+                    f"Candidate {name} failed on a cross-validation split and "
+                    f"scores {self.error_score} there: {failure}",
+                    FitFailedWarning,
+                    stacklevel=4,
                 )
+            elif keep_oof:
+                oof[c][test] = rows
 
         results = _summarise(names, scores, fit_times, score_times)
         mean = results["mean_test_score"]
@@ -390,52 +458,11 @@ class CalibratorSelector(BaseCalibrator):
         self.scorer_ = scorer
         self.n_splits_ = n_splits
         self.best_estimator_ = clone(estimators[self.best_index_]).fit(
-            logits, y, **self._weight_kwargs(sample_weight if weighted else None)
+            logits, y, **_weight_kwargs(sample_weight if weighted else None)
         )
         if keep_oof and not np.isnan(mean[self.best_index_]):
             return oof[self.best_index_]
         return None
-
-    @staticmethod
-    def _weight_kwargs(sample_weight):
-        return {} if sample_weight is None else {"sample_weight": sample_weight}
-
-    def _fit_and_score(
-        self, name, estimator, scorer, logits, y, sample_weight, train, test, oof
-    ):
-        """Score of ``estimator`` fitted on ``train``, scored on ``test``.
-
-        ``oof``, when not None, receives the fit's log-probabilities of the
-        ``test`` rows.
-        """
-        train_weight = None if sample_weight is None else sample_weight[train]
-        test_weight = None if sample_weight is None else sample_weight[test]
-        start = time.perf_counter()
-        try:
-            fitted = clone(estimator).fit(
-                logits[train], y[train], **self._weight_kwargs(train_weight)
-            )
-            fit_time = time.perf_counter() - start
-            start = time.perf_counter()
-            score = float(
-                scorer(
-                    fitted, logits[test], y[test], **self._weight_kwargs(test_weight)
-                )
-            )
-            score_time = time.perf_counter() - start
-            if oof is not None:
-                oof[test] = fitted.transform(logits[test])
-        except Exception as error:
-            if self.error_score == "raise":
-                raise
-            warnings.warn(
-                f"Candidate {name} failed on a cross-validation split and scores "
-                f"{self.error_score} there: {type(error).__name__}: {error}",
-                FitFailedWarning,
-                stacklevel=5,
-            )
-            return float(self.error_score), time.perf_counter() - start, 0.0
-        return score, fit_time, score_time
 
     def _check_fitted_state(self):
         super()._check_fitted_state()

@@ -303,3 +303,36 @@ def test_masked_logits_keep_zero_probability():
     proba = selector.predict_proba(masked)
     assert np.all(proba[:10, 1] == 0)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("backend", ["loky", "threading"])
+def test_parallel_folds_give_the_sequential_choice(backend):
+    # n_jobs runs the (candidate, split) fits in joblib workers (torch on
+    # fewer threads there: equal up to the solvers' tolerance): the scores,
+    # the choice, the refit and the out-of-fold predictions handed to
+    # MarginTemperatureScaling are those of the sequential run, and a failing
+    # candidate is still warned about in the caller's process.
+    from joblib import parallel_config
+
+    X, y = _biased_logits(n_samples=300)
+    candidates = [
+        PlattScaling(device="cpu"),
+        TemperatureScaling(device="cpu"),
+        VectorScaling(device="cpu"),
+    ]
+    sequential = CalibratorSelector(candidates, cv=3)
+    with pytest.warns(FitFailedWarning, match="PlattScaling.*binary"):
+        oof_sequential = sequential._fit_with_oof(X, y)
+    parallel = CalibratorSelector(candidates, cv=3, n_jobs=2)
+    with parallel_config(backend=backend):
+        with pytest.warns(FitFailedWarning, match="PlattScaling.*binary"):
+            oof_parallel = parallel._fit_with_oof(X, y)
+    for key in ["mean_test_score", "split0_test_score", "split2_test_score"]:
+        np.testing.assert_allclose(
+            parallel.cv_results_[key], sequential.cv_results_[key], rtol=1e-6
+        )
+    assert parallel.best_index_ == sequential.best_index_ == 2
+    np.testing.assert_allclose(oof_parallel, oof_sequential, rtol=1e-6)
+    np.testing.assert_allclose(
+        parallel.predict_proba(X), sequential.predict_proba(X), rtol=1e-6
+    )
