@@ -13,7 +13,11 @@ Parts (``--part``, default all):
   of temperature and matrix scaling), MatrixScaling and DirichletCalibration
   on 5,000 x 100 and on the first 200 val rows (100 classes).
 - ``selector``: CalibratorSelector (default candidates, 5 folds) against the
-  sum of one full fit of each candidate, with ``n_jobs`` 1 and 2.
+  sum of one full fit of each candidate, with ``n_jobs`` 1 and 2, and
+  ``cross_validate(MatrixScaling(), n_jobs=...)``.
+- ``threads``: small fits (200 and 5,000 rows x 100 classes) with torch on
+  the default threads (the one-thread rule of ``_torch/_threads.py`` turned
+  off) and on one thread, alternately, wall and CPU seconds.
 
 Run ``python benchmarks/bench_margin_speed.py [--part smart|margin|selector]
 [--sets a,b] [--seeds 0,1,2,3,4]``; it prints markdown tables.
@@ -141,8 +145,9 @@ def part_margin(names):
 
 def part_selector(names, n_jobs_list):
     from sklearn.base import clone
+    from sklearn.model_selection import cross_validate
 
-    from sklearn_calib import CalibratorSelector
+    from sklearn_calib import CalibratorSelector, MatrixScaling
     from sklearn_calib._selection import _default_calibrators
 
     header = ["set", "candidates' one fit each, s", "n_jobs", "selector wall s",
@@ -168,6 +173,44 @@ def part_selector(names, n_jobs_list):
                              type(model.best_estimator_).__name__,
                              f"{ece:.2f}", f"{nll:.4f}"])  # fmt: skip
                 print(rows[-1], flush=True)
+            for n_jobs in n_jobs_list:
+                wall, _, _ = timed(
+                    cross_validate, MatrixScaling(device="cpu"), X, y, n_jobs=n_jobs
+                )
+                rows.append([name, "", n_jobs, f"{wall:.2f}", "",
+                             "cross_validate(MatrixScaling)", "", ""])  # fmt: skip
+                print(rows[-1], flush=True)
+    return markdown_table(header, rows)
+
+
+def part_threads(names):
+    import torch
+
+    from sklearn_calib import MatrixScaling, TemperatureScaling, VectorScaling
+    from sklearn_calib._torch import _threads
+
+    header = ["set", "rows", "method", "torch threads", "fit wall s", "fit CPU s"]
+    rows = []
+    default = _threads.SMALL_FIT_ELEMENTS
+    for name in names:
+        d = load_set(name)
+        for n in [200, 5000]:
+            X, y = d["logits_val"][:n], d["y_val"][:n]
+            for model in [
+                TemperatureScaling(device="cpu"),
+                VectorScaling(device="cpu"),
+                MatrixScaling(device="cpu"),
+            ]:
+                for small in [0, default, 0, default]:
+                    _threads.SMALL_FIT_ELEMENTS = small
+                    threads = torch.get_num_threads() if small == 0 else 1
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        wall, cpu, _ = timed(model.fit, X, y)
+                    rows.append([name, n, type(model).__name__, threads,
+                                 f"{wall:.3f}", f"{cpu:.3f}"])  # fmt: skip
+                    print(rows[-1], flush=True)
+    _threads.SMALL_FIT_ELEMENTS = default
     return markdown_table(header, rows)
 
 
@@ -185,6 +228,8 @@ def main(argv=None):
         print(part_smart(names, seeds))
     if args.part in ("all", "margin"):
         print(part_margin(names))
+    if args.part in ("all", "threads"):
+        print(part_threads(names))
     if args.part in ("all", "selector"):
         n_jobs = [None if j == "none" else int(j) for j in args.n_jobs.split(",")]
         print(part_selector(names, n_jobs))

@@ -6,7 +6,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 
 from ._chunks import as_chunk_source, is_dask_array, is_out_of_core, map_dask_method
-from ._torch._threads import limit_torch_threads
+from ._torch._threads import fit_thread_limit, limit_torch_threads
 from .utils._compat import _fit_context, check_is_fitted
 from .utils._fitted_state import (
     check_state_array,
@@ -120,14 +120,15 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
             from ._chunked_fit import chunked_fitter, fit_source
 
             if chunked_fitter(self) is not None:
-                with limit_torch_threads():
+                limit = fit_thread_limit(self, getattr(X, "size", None))
+                with limit_torch_threads(limit):
                     return fit_source(self, as_chunk_source(X, y, sample_weight))
         X, y = check_logits_and_labels(self, X, y)
         sample_weight = check_sample_weight(sample_weight, X)
         classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
-        # Inside a joblib worker, torch's threads are limited as joblib limits
-        # BLAS threads (see _torch/_threads.py).
-        with limit_torch_threads():
+        # Small fits run torch on one thread; inside a joblib worker, torch's
+        # threads are limited as joblib limits BLAS threads (_torch/_threads.py).
+        with limit_torch_threads(fit_thread_limit(self, X.size)):
             self._fit(expand_binary_scores(X), y_encoded, sample_weight)
         # Set last: a fit that raises leaves no classes_ (and so no state
         # that looks fitted but is incomplete).

@@ -77,3 +77,27 @@ def test_worker_process_uses_joblib_thread_budget():
     from joblib import cpu_count
 
     assert limits == [max(cpu_count() // 2, 1)] * 2
+
+
+@pytest.mark.skipif(
+    torch.get_num_threads() < 2, reason="torch runs on one thread here anyway"
+)
+def test_small_fits_run_torch_on_one_thread(monkeypatch):
+    from sklearn_calib._torch._threads import SMALL_FIT_ELEMENTS
+
+    seen = []
+    original = TemperatureScaling._fit
+
+    def spy(self, *args):
+        seen.append(torch.get_num_threads())
+        return original(self, *args)
+
+    monkeypatch.setattr(TemperatureScaling, "_fit", spy)
+    before = torch.get_num_threads()
+    rng = np.random.default_rng(0)
+    for n_rows in [50, SMALL_FIT_ELEMENTS // 4]:
+        y = rng.integers(0, 4, size=n_rows)
+        X = (2.0 * np.eye(4)[y] + rng.normal(size=(n_rows, 4))).astype(np.float32)
+        TemperatureScaling(device="cpu").fit(X, y)
+    assert seen == [1, before]
+    assert torch.get_num_threads() == before

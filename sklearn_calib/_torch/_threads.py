@@ -17,6 +17,13 @@ a fit and restores the previous setting after:
   worker of ``GridSearchCV(n_jobs=...)``, ``cross_validate(n_jobs=...)``, the
   selector's folds, or a worker thread), to the ``OMP_NUM_THREADS`` that
   joblib gave the worker process, or to 1 in a worker thread;
+- for a fit on fewer than ``SMALL_FIT_ELEMENTS`` logits (rows times
+  classes), to one thread: the passes of such a fit are too short to gain from
+  a second thread, and on cores shared with other processes OpenMP's waiting
+  threads made them 10 to 20 times slower in wall time (2 cores under a load
+  of 14, 200 to 5,000 rows x 100 classes: MatrixScaling 15.5-17.4 s with two
+  threads, 1.4-1.5 s with one; VectorScaling 1.6-3.2 s and 0.2-0.25 s;
+  ``benchmarks/bench_margin_speed.py --part threads``);
 - wherever the caller asks for ``n_threads``.
 
 It never raises the thread count. torch's OpenMP backend keeps the count per
@@ -31,6 +38,9 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
+
+# Below this many logits (rows x classes) a fit runs torch on one CPU thread.
+SMALL_FIT_ELEMENTS = 2**20
 
 
 def _omp_threads():
@@ -56,6 +66,22 @@ def worker_thread_limit():
     if threading.current_thread() is threading.main_thread():
         return _omp_threads() or 1
     return 1
+
+
+def fit_thread_limit(estimator, n_elements):
+    """torch threads for ``estimator``'s fit on ``n_elements`` logits, or None.
+
+    One thread below ``SMALL_FIT_ELEMENTS`` (``n_elements`` None: unknown,
+    no such limit), else :func:`worker_thread_limit`. torch is imported here
+    for an estimator with a ``device`` parameter (one that trains with torch),
+    so that the limit applies to the first fit of a process too.
+    """
+    if "device" in estimator.get_params(deep=False):
+        import torch  # noqa: F401
+    limit = worker_thread_limit()
+    if n_elements is not None and n_elements < SMALL_FIT_ELEMENTS:
+        return 1
+    return limit
 
 
 @contextmanager
