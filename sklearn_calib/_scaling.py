@@ -370,6 +370,8 @@ class _AffineCalibrator(BaseCalibrator):
                 penalty=penalty,
                 max_iter=self.max_iter,
                 tol=self.tol,
+                # Set by CalibratorSelector on its fold fits (_selection.py).
+                warm_start=getattr(self, "_warm_start", None),
             )
         except FloatingPointError as exc:
             finite = features[np.isfinite(features)]

