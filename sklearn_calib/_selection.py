@@ -316,9 +316,13 @@ class CalibratorSelector(BaseCalibrator):
     judged by its weighted score. Each split's score counts once in the mean
     whatever its size, as in :class:`~sklearn.model_selection.GridSearchCV`.
 
-    The calibrators are fitted ``n_splits * n_candidates + 1`` times; the
-    choice costs that much more than one fit, and the prediction nothing
-    more. The selected map is that of a calibrator fitted on all the data,
+    The calibrators are fitted ``n_splits * n_candidates + 1`` times
+    (``n_jobs`` runs these fits in parallel). Matrix and Dirichlet
+    calibration are fitted on all the rows first, and their fits on the
+    splits start from that map where it converged: their objective is
+    convex, so the same optimum is reached, in fewer iterations; that first
+    fit is the refit when they are chosen. The prediction costs nothing
+    more than the chosen calibrator's. The selected map is that of a calibrator fitted on all the data,
     so it keeps the argmax exactly when the chosen candidate does.
 
     Examples
