@@ -148,7 +148,7 @@ def part_selector(names, n_jobs_list):
     from sklearn.model_selection import cross_validate
 
     from sklearn_calib import CalibratorSelector, MatrixScaling
-    from sklearn_calib._selection import _default_calibrators
+    from sklearn_calib._meta.selector import _default_calibrators
 
     header = ["set", "candidates' one fit each, s", "n_jobs", "selector wall s",
               "ratio", "chosen", "test ECE %", "test NLL"]  # fmt: skip
