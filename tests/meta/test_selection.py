@@ -79,10 +79,15 @@ def test_scores_and_winner_match_cross_val_score_on_real_logits(scoring, n_candi
 
     expected = _by_hand(candidates, X, y, cv, scoring)
     results = selector.cv_results_
+    # MatrixScaling's fold fits start from its fit on all the rows (the same
+    # convex optimum, reached by another path): equal to the solver's
+    # tolerance (5e-8 relative measured); the other candidates to rounding.
+    warm = [isinstance(c, MatrixScaling) for c in candidates]
     for s in range(3):
-        np.testing.assert_allclose(
-            results[f"split{s}_test_score"], expected[:, s], rtol=1e-10
-        )
+        for c, rtol in enumerate(1e-6 if w else 1e-10 for w in warm):
+            np.testing.assert_allclose(
+                results[f"split{s}_test_score"][c], expected[c, s], rtol=rtol
+            )
     np.testing.assert_allclose(results["mean_test_score"], expected.mean(axis=1))
     np.testing.assert_allclose(results["std_test_score"], expected.std(axis=1))
     winner = int(np.argmax(expected.mean(axis=1)))
