@@ -87,6 +87,7 @@ USER_GUIDE_ORDER = [
     "temperature",
     "metrics",
     "binning",
+    "clinical_validation",
     "conformal",
     "command_line",
     "datasets",
