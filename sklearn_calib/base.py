@@ -12,6 +12,7 @@ from ._chunks.sources import (
     is_out_of_core,
     map_dask_method,
 )
+from ._torch._threads import fit_thread_limit, limit_torch_threads
 from .chunked import fits_from_chunks
 from .utils._compat import _fit_context, check_is_fitted
 from .utils._fitted_state import (
@@ -126,7 +127,9 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         if is_out_of_core(X) and fits_from_chunks(self):
             # Data on disk or in a dask graph: the class's own chunked fit (the
             # other calibrators read the array into memory).
-            return self._fit_source(as_chunk_source(X, y, sample_weight))
+            limit = fit_thread_limit(self, getattr(X, "size", None))
+            with limit_torch_threads(limit):
+                return self._fit_source(as_chunk_source(X, y, sample_weight))
         X, y = check_logits_and_labels(self, X, y)
         # validate_data recorded n_features_in_ (and feature_names_in_); they
         # are set again last, like classes_, so that a fit that raises leaves
@@ -142,7 +145,10 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
             sample_weight, X, normalize=not self._weight_scale_matters()
         )
         classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
-        self._fit(expand_binary_scores(X), y_encoded, sample_weight)
+        # Small fits run torch on one thread; inside a joblib worker, torch's
+        # threads are limited as joblib limits BLAS threads (_torch/_threads.py).
+        with limit_torch_threads(fit_thread_limit(self, X.size)):
+            self._fit(expand_binary_scores(X), y_encoded, sample_weight)
         vars(self).update(seen)
         self.classes_ = classes
         return self

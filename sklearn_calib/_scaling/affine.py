@@ -155,6 +155,8 @@ class AffineCalibrator(BaseCalibrator):
                 penalty=penalty,
                 max_iter=self.max_iter,
                 tol=self.tol,
+                # Set by CalibratorSelector on its fold fits (_selection.py).
+                warm_start=getattr(self, "_warm_start", None),
             )
         except FloatingPointError as exc:
             finite = features[np.isfinite(features)]

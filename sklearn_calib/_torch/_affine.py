@@ -518,6 +518,7 @@ def fit_affine(
     max_iter=1000,
     tol=1e-7,
     solver="auto",
+    warm_start=None,
 ):
     """Minimise the weighted NLL (+ ODIR penalty) of softmax(affine(features)).
 
@@ -543,6 +544,13 @@ def fit_affine(
         Converged when the largest absolute gradient entry (of the problem
         on rescaled features, see the module docstring) is <= tol.
     solver : {"auto", "newton", "lbfgs"}
+    warm_start : (coef, intercept) or None
+        Matrix map only: start from this map (in the input's columns and
+        units; a fit of a related problem, such as the same calibrator on
+        all the rows of a cross-validation) instead of the temperature-scaling
+        ray, when its loss is lower there. The optimum is the same (the
+        objective is strictly convex with the penalty); only the path to it
+        is shorter.
 
     Returns
     -------
@@ -650,6 +658,10 @@ def fit_affine(
         objective.use_float64()
     theta = objective.snap(theta)
     loss, grad, curv = objective.evaluate(theta, curvature=kind == "vector")
+    if warm_start is not None and kind == "matrix" and frozen is None:
+        theta, loss, grad, curv = _warm_theta(
+            objective, theta, loss, grad, curv, warm_start, columns, factor
+        )
     grad_norm = float(grad.abs().max())
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise FloatingPointError("non-finite loss or gradient at the start")
@@ -689,6 +701,21 @@ def fit_affine(
         n_absent=n_absent,
         n_separable=n_separable,
     )
+
+
+def _warm_theta(objective, theta, loss, grad, curv, warm_start, columns, factor):
+    """The warm start in the solver's columns and units, where it is better."""
+    coef, intercept = (torch.as_tensor(a, dtype=torch.float64) for a in warm_start)
+    index = columns.cpu()
+    warm = torch.empty(objective.shape, dtype=torch.float64)
+    warm[:, :-1] = coef[index[:, None], index[None, :]] / factor
+    warm[:, -1] = intercept[index]
+    warm = objective.snap(warm.to(theta.device))
+    warm_loss, warm_grad, warm_curv = objective.evaluate(warm)
+    if math.isfinite(warm_loss) and bool(torch.isfinite(warm_grad).all()):
+        if warm_loss < loss:
+            return warm, warm_loss, warm_grad, warm_curv
+    return theta, loss, grad, curv
 
 
 def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol):

@@ -79,10 +79,15 @@ def test_scores_and_winner_match_cross_val_score_on_real_logits(scoring, n_candi
 
     expected = _by_hand(candidates, X, y, cv, scoring)
     results = selector.cv_results_
+    # MatrixScaling's fold fits start from its fit on all the rows (the same
+    # convex optimum, reached by another path): equal to the solver's
+    # tolerance (5e-8 relative measured); the other candidates to rounding.
+    warm = [isinstance(c, MatrixScaling) for c in candidates]
     for s in range(3):
-        np.testing.assert_allclose(
-            results[f"split{s}_test_score"], expected[:, s], rtol=1e-10
-        )
+        for c, rtol in enumerate(1e-6 if w else 1e-10 for w in warm):
+            np.testing.assert_allclose(
+                results[f"split{s}_test_score"][c], expected[c, s], rtol=rtol
+            )
     np.testing.assert_allclose(results["mean_test_score"], expected.mean(axis=1))
     np.testing.assert_allclose(results["std_test_score"], expected.std(axis=1))
     winner = int(np.argmax(expected.mean(axis=1)))
@@ -303,3 +308,36 @@ def test_masked_logits_keep_zero_probability():
     proba = selector.predict_proba(masked)
     assert np.all(proba[:10, 1] == 0)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+@pytest.mark.parametrize("backend", ["loky", "threading"])
+def test_parallel_folds_give_the_sequential_choice(backend):
+    # n_jobs runs the (candidate, split) fits in joblib workers (torch on
+    # fewer threads there: equal up to the solvers' tolerance): the scores,
+    # the choice, the refit and the out-of-fold predictions handed to
+    # MarginTemperatureScaling are those of the sequential run, and a failing
+    # candidate is still warned about in the caller's process.
+    from joblib import parallel_config
+
+    X, y = _biased_logits(n_samples=300)
+    candidates = [
+        PlattScaling(device="cpu"),
+        TemperatureScaling(device="cpu"),
+        VectorScaling(device="cpu"),
+    ]
+    sequential = CalibratorSelector(candidates, cv=3)
+    with pytest.warns(FitFailedWarning, match="PlattScaling.*binary"):
+        oof_sequential = sequential._fit_with_oof(X, y)
+    parallel = CalibratorSelector(candidates, cv=3, n_jobs=2)
+    with parallel_config(backend=backend):
+        with pytest.warns(FitFailedWarning, match="PlattScaling.*binary"):
+            oof_parallel = parallel._fit_with_oof(X, y)
+    for key in ["mean_test_score", "split0_test_score", "split2_test_score"]:
+        np.testing.assert_allclose(
+            parallel.cv_results_[key], sequential.cv_results_[key], rtol=1e-6
+        )
+    assert parallel.best_index_ == sequential.best_index_ == 2
+    np.testing.assert_allclose(oof_parallel, oof_sequential, rtol=1e-6)
+    np.testing.assert_allclose(
+        parallel.predict_proba(X), sequential.predict_proba(X), rtol=1e-6
+    )

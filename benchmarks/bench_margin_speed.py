@@ -1,0 +1,239 @@
+"""Speed of the margin methods, the selector and the small many-class fits (issue 21).
+
+Parts (``--part``, default all):
+
+- ``smart``: SMART against ``smart_recipe.fit_smart_recipe`` (the authors'
+  recipe, lean: autograd, ``torch.optim.Adam``, float32, 2,000 epochs, early
+  stop after 200 epochs without a 1e-4 improvement) on the 5,000 x 100
+  CIFAR-100 sets, seeds 0-4: fit seconds (wall and process CPU), steps, test
+  ECE-15 (%) and NLL. SMART is run with its defaults (2,000 steps) and with
+  ``early_stopping=True`` (the recipe's stopping rule). Every fit runs torch on
+  one thread, the recipe included (its fastest setting on 2 shared cores).
+- ``margin``: MarginTemperatureScaling (default base: a cross-validated choice
+  of temperature and matrix scaling), MatrixScaling and DirichletCalibration
+  on 5,000 x 100 and on the first 200 val rows (100 classes).
+- ``selector``: CalibratorSelector (default candidates, 5 folds) against the
+  sum of one full fit of each candidate, with ``n_jobs`` 1 and 2, and
+  ``cross_validate(MatrixScaling(), n_jobs=...)``.
+- ``threads``: small fits (200 and 5,000 rows x 100 classes) with torch on
+  the default threads (the one-thread rule of ``_torch/_threads.py`` turned
+  off) and on one thread, alternately, wall and CPU seconds.
+
+Run ``python benchmarks/bench_margin_speed.py [--part smart|margin|selector]
+[--sets a,b] [--seeds 0,1,2,3,4]``; it prints markdown tables.
+"""
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import load_set, machine_info, markdown_table  # noqa: E402
+from smart_recipe import fit_smart_recipe  # noqa: E402
+
+SETS = ["c100_resnet56_chenyaofo", "c100_wrn16-4_netcal", "c100_densenetbc100_netcal"]
+
+
+def quality(y, proba):
+    from sklearn_calib.metrics import expected_calibration_error, log_loss
+
+    return (
+        100 * expected_calibration_error(y, proba, n_bins=15),
+        log_loss(y, proba, labels=np.arange(proba.shape[1])),
+    )
+
+
+def timed(func, *args, **kwargs):
+    wall, cpu = time.perf_counter(), time.process_time()
+    result = func(*args, **kwargs)
+    return time.perf_counter() - wall, time.process_time() - cpu, result
+
+
+def part_smart(names, seeds):
+    import torch
+
+    from sklearn_calib import SMART
+
+    torch.set_num_threads(1)
+    header = [
+        "set",
+        "method",
+        "fit wall s (mean)",
+        "fit CPU s (mean)",
+        "steps (mean)",
+        "test ECE % mean ± sd over seeds",
+        "test NLL mean",
+        "recipe CPU / this CPU",
+    ]
+    rows = []
+    for name in names:
+        d = load_set(name)
+        X, y, Xt, yt = d["logits_val"], d["y_val"], d["logits_test"], d["y_test"]
+        Xt64 = Xt.astype(np.float64)
+        runs = {"recipe (early stop)": [], "SMART default": [], "SMART early stop": []}
+        for seed in seeds:
+            wall, cpu, pp = timed(fit_smart_recipe, X, y, seed=seed)
+            ece, nll = quality(yt, pp(Xt))
+            runs["recipe (early stop)"].append((wall, cpu, pp.n_epochs, ece, nll))
+            for label, es in [("SMART default", False), ("SMART early stop", True)]:
+                model = SMART(device="cpu", random_state=seed, early_stopping=es)
+                wall, cpu, _ = timed(model.fit, X, y)
+                ece, nll = quality(yt, model.predict_proba(Xt64))
+                runs[label].append((wall, cpu, model.n_iter_, ece, nll))
+            print(name, seed, {k: v[-1] for k, v in runs.items()}, flush=True)
+        recipe_cpu = np.mean([r[1] for r in runs["recipe (early stop)"]])
+        for label, values in runs.items():
+            v = np.asarray(values)
+            rows.append(
+                [
+                    name,
+                    label,
+                    f"{v[:, 0].mean():.2f}",
+                    f"{v[:, 1].mean():.2f}",
+                    f"{v[:, 2].mean():.0f}",
+                    f"{v[:, 3].mean():.2f} ± {v[:, 3].std(ddof=1):.2f}"
+                    if len(v) > 1
+                    else f"{v[0, 3]:.2f}",
+                    f"{v[:, 4].mean():.4f}",
+                    f"{recipe_cpu / v[:, 1].mean():.1f}",
+                ]
+            )
+    return markdown_table(header, rows)
+
+
+def part_margin(names):
+    from sklearn.exceptions import ConvergenceWarning
+
+    from sklearn_calib import (
+        DirichletCalibration,
+        MarginTemperatureScaling,
+        MatrixScaling,
+    )
+
+    header = ["set", "rows", "method", "fit wall s", "fit CPU s", "n_iter_",
+              "test ECE %", "test NLL"]  # fmt: skip
+    rows = []
+    for name in names:
+        d = load_set(name)
+        yt, Xt = d["y_test"], d["logits_test"].astype(np.float64)
+        for n in [200, 5000]:
+            X, y = d["logits_val"][:n], d["y_val"][:n]
+            for model in [
+                MatrixScaling(device="cpu"),
+                DirichletCalibration(device="cpu"),
+                MarginTemperatureScaling(device="cpu"),
+            ]:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    wall, cpu, _ = timed(model.fit, X, y)
+                ece, nll = quality(yt, model.predict_proba(Xt))
+                short = any(w.category is ConvergenceWarning for w in caught)
+                n_iter = f"{getattr(model, 'n_iter_', '')}"
+                if short:
+                    n_iter += " (stopped short)"
+                timing = [f"{wall:.2f}", f"{cpu:.2f}", n_iter]
+                rows.append(
+                    [name, n, type(model).__name__, *timing, f"{ece:.2f}", f"{nll:.4f}"]
+                )
+                print(rows[-1], flush=True)
+    return markdown_table(header, rows)
+
+
+def part_selector(names, n_jobs_list):
+    from sklearn.base import clone
+    from sklearn.model_selection import cross_validate
+
+    from sklearn_calib import CalibratorSelector, MatrixScaling
+    from sklearn_calib._meta.selector import _default_calibrators
+
+    header = ["set", "candidates' one fit each, s", "n_jobs", "selector wall s",
+              "ratio", "chosen", "test ECE %", "test NLL"]  # fmt: skip
+    rows = []
+    for name in names:
+        d = load_set(name)
+        X, y = d["logits_val"], d["y_val"]
+        yt, Xt = d["y_test"], d["logits_test"].astype(np.float64)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            total = 0.0
+            for candidate in _default_calibrators():
+                wall, _, _ = timed(clone(candidate).fit, X, y)
+                total += wall
+            for n_jobs in n_jobs_list:
+                kwargs = {} if n_jobs is None else {"n_jobs": n_jobs}
+                model = CalibratorSelector(**kwargs)
+                wall, _, _ = timed(model.fit, X, y)
+                ece, nll = quality(yt, model.predict_proba(Xt))
+                rows.append([name, f"{total:.2f}", n_jobs, f"{wall:.2f}",
+                             f"{wall / total:.1f}",
+                             type(model.best_estimator_).__name__,
+                             f"{ece:.2f}", f"{nll:.4f}"])  # fmt: skip
+                print(rows[-1], flush=True)
+            for n_jobs in n_jobs_list:
+                wall, _, _ = timed(
+                    cross_validate, MatrixScaling(device="cpu"), X, y, n_jobs=n_jobs
+                )
+                rows.append([name, "", n_jobs, f"{wall:.2f}", "",
+                             "cross_validate(MatrixScaling)", "", ""])  # fmt: skip
+                print(rows[-1], flush=True)
+    return markdown_table(header, rows)
+
+
+def part_threads(names):
+    import torch
+
+    from sklearn_calib import MatrixScaling, TemperatureScaling, VectorScaling
+    from sklearn_calib._torch import _threads
+
+    header = ["set", "rows", "method", "torch threads", "fit wall s", "fit CPU s"]
+    rows = []
+    default = _threads.SMALL_FIT_ELEMENTS
+    for name in names:
+        d = load_set(name)
+        for n in [200, 5000]:
+            X, y = d["logits_val"][:n], d["y_val"][:n]
+            for model in [
+                TemperatureScaling(device="cpu"),
+                VectorScaling(device="cpu"),
+                MatrixScaling(device="cpu"),
+            ]:
+                for small in [0, default, 0, default]:
+                    _threads.SMALL_FIT_ELEMENTS = small
+                    threads = torch.get_num_threads() if small == 0 else 1
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        wall, cpu, _ = timed(model.fit, X, y)
+                    rows.append([name, n, type(model).__name__, threads,
+                                 f"{wall:.3f}", f"{cpu:.3f}"])  # fmt: skip
+                    print(rows[-1], flush=True)
+    _threads.SMALL_FIT_ELEMENTS = default
+    return markdown_table(header, rows)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--part", default="all")
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--seeds", default="0,1,2,3,4")
+    parser.add_argument("--n-jobs", default="1,2")
+    args = parser.parse_args(argv)
+    names = args.sets.split(",")
+    print(machine_info())
+    if args.part in ("all", "smart"):
+        seeds = [int(s) for s in args.seeds.split(",")]
+        print(part_smart(names, seeds))
+    if args.part in ("all", "margin"):
+        print(part_margin(names))
+    if args.part in ("all", "threads"):
+        print(part_threads(names))
+    if args.part in ("all", "selector"):
+        n_jobs = [None if j == "none" else int(j) for j in args.n_jobs.split(",")]
+        print(part_selector(names, n_jobs))
+
+
+if __name__ == "__main__":
+    main()
