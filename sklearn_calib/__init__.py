@@ -6,6 +6,7 @@ matplotlib: torch is loaded when a calibrator is fitted, matplotlib when a
 figure is drawn.
 """
 
+from ._bias_corrected import BiasCorrectedTemperatureScaling
 from ._binning import HistogramBinning, IsotonicCalibration
 from ._composite import MarginTemperatureScaling
 from ._ensemble import EnsembleTemperatureScaling
@@ -30,6 +31,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BaseCalibrator",
     "BetaCalibration",
+    "BiasCorrectedTemperatureScaling",
     "CalibratedClassifier",
     "CalibratorSelector",
     "EnsembleTemperatureScaling",
