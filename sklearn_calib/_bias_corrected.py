@@ -38,8 +38,9 @@ from .utils._compat import Interval, check_is_fitted
 from .utils._fitted_state import check_state_array, check_state_float, check_state_int
 from .utils._math import row_chunks
 
-# The exact Hessian is (K + 1)^2 float64 values and costs N K^2 per pass.
-_MAX_CLASSES = 4096
+# The exact Hessian is (K + 1)^2 float64 values and costs N K^2 per pass;
+# beyond this many classes, Newton-CG on Hessian-vector products.
+_MAX_CLASSES = 1024
 # Backtracking halvings per Newton step.
 _LINE_SEARCH_TRIES = 60
 
@@ -105,13 +106,52 @@ def _free_basis(free):
     return basis
 
 
+def bcts_hessp(logits, weights, beta, bias, vector, *, mask=None):
+    """Hessian-vector product of the BCTS NLL (one pass, no K x K matrix)."""
+    n, k = logits.shape
+    out = np.zeros(k + 1)
+    for rows in row_chunks(n, k, max_elements=2**16):
+        z = np.asarray(logits[rows], dtype=np.float64)
+        m = None if mask is None else mask[rows]
+        if m is not None:
+            z = np.where(m, 0.0, z)
+        f = beta * z + bias
+        if m is not None:
+            f[m] = -np.inf
+        q = np.exp(f - f.max(axis=1, keepdims=True))
+        q /= q.sum(axis=1, keepdims=True)
+        change = vector[0] * z + vector[1:]
+        u = q * (change - np.einsum("ik,ik->i", q, change)[:, None])
+        u *= weights[rows][:, None]
+        out[0] += float(np.einsum("ik,ik->", u, z))
+        out[1:] += u.sum(axis=0)
+    return out
+
+
+def _free_basis(free):
+    """Orthonormal basis of the directions that keep the mean free bias fixed.
+
+    Columns over ``(beta, b_free)``: ``beta`` itself, and the ``F - 1``
+    contrasts of the free biases (sum zero).
+    """
+    n_free = int(free.sum())
+    contrast = np.eye(n_free) - 1.0 / n_free
+    q, _ = np.linalg.qr(contrast[:, : n_free - 1])
+    basis = np.zeros((1 + n_free, n_free))
+    basis[0, 0] = 1.0
+    basis[1:, 1:] = q
+    return basis
+
+
 def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     """Minimise the BCTS NLL by Newton's method from ``(beta0, 0)``.
 
-    Returns a dict with ``beta``, ``bias``, ``loss``, ``gradient`` (largest
-    entry of the projected gradient), ``n_iter``, ``status`` ("converged",
-    "max_iter" or "stalled") and ``n_absent`` (classes without samples, held
-    at the start).
+    Up to ``_MAX_CLASSES`` classes the Newton step uses the exact Hessian;
+    beyond, it is solved by conjugate gradients on Hessian-vector products
+    (scipy's Newton-CG), in the same subspace. Returns a dict with ``beta``,
+    ``bias``, ``loss``, ``gradient`` (largest entry of the projected
+    gradient), ``n_iter``, ``status`` ("converged", "max_iter" or "stalled")
+    and ``n_absent`` (classes without samples, held at the start).
     """
     k = logits.shape[1]
     mask = _mask_of(logits)
@@ -123,10 +163,12 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     # Work on logits scaled by beta0 (the temperature solution): then the
     # scale parameter starts at 1 whatever the units of the logits.
     scaled = logits * beta0
-    basis = _free_basis(free)
-    index = np.concatenate([[0], 1 + np.flatnonzero(free)])
     theta = np.zeros(k + 1)
     theta[0] = 1.0
+    if k > _MAX_CLASSES:
+        return _fit_bcts_cg(scaled, y, weights, theta, free, beta0, max_iter, tol)
+    basis = _free_basis(free)
+    index = np.concatenate([[0], 1 + np.flatnonzero(free)])
 
     def evaluate(point, hessian=True):
         return bcts_objective(
@@ -182,6 +224,53 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
         "n_iter": n_iter,
         "status": status,
         "n_absent": int(absent.sum()),
+    }
+
+
+def _fit_bcts_cg(scaled, y, weights, theta, free, beta0, max_iter, tol):
+    """Many classes: Newton-CG on Hessian-vector products, projected likewise."""
+    from scipy.optimize import minimize
+
+    mask = _mask_of(scaled)
+    free_index = 1 + np.flatnonzero(free)
+
+    def project(vector):
+        # Frozen biases do not move; the free ones keep their mean.
+        out = np.zeros_like(vector)
+        out[0] = vector[0]
+        out[free_index] = vector[free_index] - vector[free_index].mean()
+        return out
+
+    def fun(point):
+        loss, grad, _ = bcts_objective(
+            scaled, y, weights, point[0], point[1:], mask=mask, hessian=False
+        )
+        return loss, project(grad)
+
+    def hessp(point, vector):
+        product = bcts_hessp(
+            scaled, weights, point[0], point[1:], project(vector), mask=mask
+        )
+        return project(product)
+
+    result = minimize(
+        fun,
+        theta,
+        jac=True,
+        hessp=hessp,
+        method="Newton-CG",
+        options={"maxiter": max_iter, "xtol": 1e-12},
+    )
+    loss, grad = fun(result.x)
+    gradient = float(np.abs(grad).max())
+    return {
+        "beta": result.x[0] * beta0,
+        "bias": result.x[1:],
+        "loss": loss,
+        "gradient": gradient,
+        "n_iter": int(result.nit),
+        "status": "converged" if gradient <= max(tol, 1e-8) else "max_iter",
+        "n_absent": int((~free).sum()),
     }
 
 
@@ -267,8 +356,9 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
     must not mask its true class (``ValueError``).
 
     **Scale.** The fit does not depend on the scale of ``sample_weight``.
-    Above 4096 classes :meth:`fit` raises a ``ValueError`` (the exact Hessian
-    is ``(K + 1)^2``); use :class:`TemperatureScaling` there.
+    Above 1024 classes the Newton step is solved by conjugate gradients on
+    Hessian-vector products (the exact Hessian is ``(K + 1)^2``), to a
+    gradient of at most ``max(tol, 1e-8)``.
 
     References
     ----------
@@ -307,12 +397,6 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
 
         name = type(self).__name__
         n_classes = logits.shape[1]
-        if n_classes > _MAX_CLASSES:
-            raise ValueError(
-                f"{name} solves with the exact (K + 1) x (K + 1) Hessian; "
-                f"{n_classes:,} classes exceed its limit of {_MAX_CLASSES:,}. Use "
-                "TemperatureScaling or VectorScaling for this many classes."
-            )
         mask = _mask_of(logits)
         if mask is not None:
             masked_true = mask[np.arange(len(y)), y] & (sample_weight > 0)

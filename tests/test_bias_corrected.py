@@ -162,3 +162,24 @@ def test_to_torch_matches_predict_proba():
     est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
     out = est.to_torch()(torch.as_tensor(logits)).exp().numpy()
     np.testing.assert_allclose(out, est.predict_proba(logits), rtol=1e-6, atol=1e-12)
+
+
+def test_hessian_vector_product_and_many_class_path(monkeypatch):
+    from sklearn_calib import _bias_corrected
+    from sklearn_calib._bias_corrected import bcts_hessp
+
+    logits, y = _offset_logits(10, n=300, k=5)
+    w = np.full(len(y), 1.0 / len(y))
+    vector = np.random.default_rng(10).normal(size=6)
+    _, _, hess = bcts_objective(logits, y, w, 0.8, np.linspace(-1, 1, 5))
+    product = bcts_hessp(logits, w, 0.8, np.linspace(-1, 1, 5), vector)
+    np.testing.assert_allclose(product, hess @ vector, atol=1e-12)
+    exact = BiasCorrectedTemperatureScaling(device="cpu", classes=range(6))
+    with pytest.warns(UserWarning, match="no calibration sample"):
+        exact.fit(np.c_[logits, logits[:, 0] - 1.0], y)
+    monkeypatch.setattr(_bias_corrected, "_MAX_CLASSES", 2)
+    cg = BiasCorrectedTemperatureScaling(device="cpu", classes=range(6))
+    with pytest.warns(UserWarning, match="no calibration sample"):
+        cg.fit(np.c_[logits, logits[:, 0] - 1.0], y)
+    assert cg.temperature_ == pytest.approx(exact.temperature_, rel=1e-7)
+    np.testing.assert_allclose(cg.intercept_, exact.intercept_, atol=1e-7)
