@@ -88,6 +88,7 @@ USER_GUIDE_ORDER = [
     "metrics",
     "binning",
     "conformal",
+    "label_shift",
     "command_line",
     "datasets",
 ]

@@ -405,6 +405,11 @@ class LabelShiftAdapter(BaseCalibrator):
             log_weights = np.log(np.maximum(self.weights_, 1e-300))
         return (log_proba + log_weights).astype(logits.dtype, copy=False)
 
+    def _source_proba(self, X):
+        """The calibrator's (unadapted) probabilities of validated logits."""
+        logits = self._check_fitted_input(X)
+        return np.asarray(self.calibrator_.predict_proba(logits), dtype=np.float64)
+
     # -- target adaptation ---------------------------------------------------
 
     def _target_blocks(self, X, sample_weight):
@@ -415,12 +420,8 @@ class LabelShiftAdapter(BaseCalibrator):
         read and calibrated block by block at every pass. Returns
         (blocks, n_rows, in_memory).
         """
-        calibrator = self.calibrator_
         n_cols = self.n_features_in_
-
-        def proba_of(block):
-            logits = self._check_fitted_input(block)
-            return np.asarray(calibrator.predict_proba(logits), dtype=np.float64)
+        proba_of = self._source_proba
 
         if is_dask_array(X) or is_zarr_array(X) or isinstance(X, np.memmap):
             if sample_weight is not None:
@@ -733,7 +734,7 @@ def label_shift_report(adapter, X_target, y_target, *, n_bins=15):
     y_target = np.asarray(y_target)
     report = {}
     for name, proba in (
-        ("unadapted", adapter.calibrator_.predict_proba(X_target)),
+        ("unadapted", adapter._source_proba(X_target)),
         ("adapted", adapter.predict_proba(X_target)),
     ):
         predicted = adapter.classes_[np.argmax(proba, axis=1)]

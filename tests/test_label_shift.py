@@ -342,3 +342,17 @@ def test_real_shifted_cifar10():
     report = label_shift_report(adapter, data["logits_test"], data["y_test"])
     assert report["adapted"]["accuracy"] > report["unadapted"]["accuracy"] + 0.1
     assert report["adapted"]["nll"] < report["unadapted"]["nll"]
+
+
+def test_single_score_column():
+    rng = np.random.default_rng(16)
+    y_s = rng.integers(0, 2, 2000)
+    s_s = 2.0 * (2 * y_s - 1) + rng.normal(size=2000)
+    y_t = (rng.random(2000) < 0.1).astype(int)
+    s_t = 2.0 * (2 * y_t - 1) + rng.normal(size=2000)
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"))
+    adapter.fit(s_s[:, None], y_s).adapt(s_t[:, None])
+    assert adapter.priors_[1] == pytest.approx(y_t.mean(), abs=0.03)
+    report = label_shift_report(adapter, s_t[:, None], y_t)
+    assert report["adapted"]["nll"] < report["unadapted"]["nll"]
+    assert adapter.predict_proba(s_t[:, None]).shape == (2000, 2)
