@@ -32,11 +32,12 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ._scaling import SEPARATED_LOSS, TemperatureScaling, _mask_of
+from ._scaling.affine import SEPARATED_LOSS, TemperatureScaling
 from .base import BaseCalibrator
 from .utils._compat import Interval, check_is_fitted
 from .utils._fitted_state import check_state_array, check_state_float, check_state_int
-from .utils._math import row_chunks
+from .utils._math import row_blocks
+from .utils._validation import check_true_class_unmasked, mask_of
 
 # The exact Hessian is (K + 1)^2 float64 values and costs N K^2 per pass;
 # beyond this many classes, Newton-CG on Hessian-vector products.
@@ -58,7 +59,7 @@ def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
     loss = 0.0
     grad = np.zeros(k + 1)
     hess = np.zeros((k + 1, k + 1)) if hessian else None
-    for rows in row_chunks(n, k, max_elements=2**16):
+    for rows in row_blocks(n, k, max_elements=2**16):
         z = np.asarray(logits[rows], dtype=np.float64)
         m = None if mask is None else mask[rows]
         if m is not None:
@@ -110,7 +111,7 @@ def bcts_hessp(logits, weights, beta, bias, vector, *, mask=None):
     """Hessian-vector product of the BCTS NLL (one pass, no K x K matrix)."""
     n, k = logits.shape
     out = np.zeros(k + 1)
-    for rows in row_chunks(n, k, max_elements=2**16):
+    for rows in row_blocks(n, k, max_elements=2**16):
         z = np.asarray(logits[rows], dtype=np.float64)
         m = None if mask is None else mask[rows]
         if m is not None:
@@ -154,7 +155,7 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     and ``n_absent`` (classes without samples, held at the start).
     """
     k = logits.shape[1]
-    mask = _mask_of(logits)
+    mask = mask_of(logits)
     weights = np.asarray(weights, dtype=np.float64)
     weights = weights / weights.sum()
     class_weight = np.bincount(y, weights=weights, minlength=k)
@@ -231,7 +232,7 @@ def _fit_bcts_cg(scaled, y, weights, theta, free, beta0, max_iter, tol):
     """Many classes: Newton-CG on Hessian-vector products, projected likewise."""
     from scipy.optimize import minimize
 
-    mask = _mask_of(scaled)
+    mask = mask_of(scaled)
     free_index = 1 + np.flatnonzero(free)
 
     def project(vector):
@@ -393,14 +394,9 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
         self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
-        from ._scaling import _check_true_class_unmasked
-
         name = type(self).__name__
         n_classes = logits.shape[1]
-        mask = _mask_of(logits)
-        if mask is not None:
-            masked_true = mask[np.arange(len(y)), y] & (sample_weight > 0)
-            _check_true_class_unmasked(None, y, masked_true)
+        check_true_class_unmasked(logits, y, sample_weight)
         temperature = TemperatureScaling(device=self.device)
         temperature._fit(logits, y, sample_weight)
         result = fit_bcts(
@@ -452,7 +448,7 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
-        mask = _mask_of(logits)
+        mask = mask_of(logits)
         if mask is not None:
             logits = np.where(mask, 0, logits)
         out = logits.astype(np.float64) / self.temperature_ + self.intercept_

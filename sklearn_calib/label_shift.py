@@ -43,12 +43,12 @@ from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
 from ._bias_corrected import BiasCorrectedTemperatureScaling
-from ._chunks import is_dask_array, is_zarr_array
+from ._chunks.sources import is_dask_array, is_zarr_array
 from .base import BaseCalibrator
 from .metrics import expected_calibration_error, log_loss
 from .utils._compat import HasMethods, Interval, StrOptions, check_is_fitted
 from .utils._fitted_state import check_state_array
-from .utils._math import row_chunks
+from .utils._math import row_blocks
 
 __all__ = [
     "LabelShiftAdapter",
@@ -461,7 +461,7 @@ class LabelShiftAdapter(BaseCalibrator):
                 else _target_weights(sample_weight, len(proba))
             )
             step = max(1, _BLOCK_ELEMENTS // max(1, proba.shape[1]))
-            slices = list(row_chunks(*proba.shape, max_elements=step * proba.shape[1]))
+            slices = list(row_blocks(*proba.shape, max_elements=step * proba.shape[1]))
 
             def blocks():
                 for rows in slices:
