@@ -37,7 +37,7 @@ from sklearn_calib.metrics import (  # noqa: E402
     maximum_calibration_error,
     smooth_calibration_error,
 )
-from sklearn_calib.metrics._calibration import top_label  # noqa: E402
+from sklearn_calib.metrics._bin_statistics import top_label  # noqa: E402
 
 
 def synthetic(n_samples, n_classes, *, scale=3.0, seed=0, dtype=np.float32):

@@ -87,6 +87,7 @@ USER_GUIDE_ORDER = [
     "temperature",
     "metrics",
     "binning",
+    "clinical_validation",
     "conformal",
     "label_shift",
     "command_line",

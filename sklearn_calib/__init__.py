@@ -7,7 +7,8 @@ figure is drawn.
 """
 
 from ._bias_corrected import BiasCorrectedTemperatureScaling
-from ._binning.histogram import HistogramBinning, IsotonicCalibration
+from ._binning.histogram import HistogramBinning
+from ._binning.isotonic import IsotonicCalibration
 from ._binning.spline import SplineCalibration
 from ._binning.venn_abers import VennAbersCalibration
 from ._margin.margin_temperature import MarginTemperatureScaling
@@ -18,12 +19,12 @@ from ._scaling.affine import (
     DirichletCalibration,
     MatrixScaling,
     PlattScaling,
-    TemperatureScaling,
     VectorScaling,
 )
 from ._scaling.beta_quadratic import BetaCalibration, QuadraticScaling
 from ._scaling.ensemble_temperature import EnsembleTemperatureScaling
 from ._scaling.structured import StructuredMatrixScaling, StructuredVectorScaling
+from ._scaling.temperature import TemperatureScaling
 from .base import BaseCalibrator
 
 __version__ = "0.1.0"

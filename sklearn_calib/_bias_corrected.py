@@ -32,7 +32,8 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ._scaling.affine import SEPARATED_LOSS, TemperatureScaling
+from ._scaling.affine import SEPARATED_LOSS
+from ._scaling.temperature import TemperatureScaling
 from .base import BaseCalibrator
 from .utils._compat import Interval, check_is_fitted
 from .utils._fitted_state import check_state_array, check_state_float, check_state_int
@@ -466,7 +467,7 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
             scale); exportable with ``torch.export.export``.
         """
         check_is_fitted(self)
-        from ._torch._modules import VectorScalingModule
+        from ._torch._scaling_modules import VectorScalingModule
 
         return VectorScalingModule(
             np.full(len(self.classes_), 1.0 / self.temperature_), self.intercept_

@@ -7,9 +7,9 @@ chunked fits and metrics take: iterating over it reads one chunk at a time,
 and :meth:`ChunkedDataset.to_dask` gives the same data as dask arrays whose
 blocks are read by dask tasks (on threads, or on the workers of a cluster).
 
-Nothing is unpickled: ``.npy`` and ``.npz`` files are read with
-``allow_pickle=False`` (object arrays are refused) and ``.npy`` headers are
-parsed by numpy's own safe reader. Large ``.npy`` files are read by row
+Nothing is unpickled: ``.npy`` files and ``.npz`` members are read by
+:mod:`sklearn_calib.utils._npy_files`, which checks every header (no object
+arrays, sizes that match the data) before reading. Large ``.npy`` files are read by row
 ranges with ordinary file reads, not memory-mapped, so the memory of a pass
 is that of a chunk.
 """
@@ -22,33 +22,14 @@ from pathlib import Path
 import numpy as np
 
 from ._chunks.sources import default_chunk_rows, import_dask_array, reiterable
+from .utils._npy_files import (
+    npy_file_header,
+    npz_keys,
+    npz_member_header,
+    read_npz_member,
+)
 
 __all__ = ["ChunkedDataset", "apply_chunks", "fits_from_chunks", "open_chunks"]
-
-
-def _npy_header(path):
-    """(shape, dtype, data offset) of a .npy file, read without loading it."""
-    with open(path, "rb") as f:
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version in ((2, 0), (3, 0)):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:  # pragma: no cover - numpy refuses unknown versions itself
-            raise ValueError(f"{path}: unsupported .npy format version {version}.")
-        offset = f.tell()
-    if dtype.hasobject:
-        raise ValueError(
-            f"{path}: holds Python objects, which are never loaded (no "
-            "unpickling); save a numeric array instead."
-        )
-    if fortran and len(shape) > 1:
-        raise ValueError(
-            f"{path}: is stored in Fortran (column-major) order, so rows cannot be "
-            "read one range at a time; save it with np.save(path, "
-            "np.ascontiguousarray(array))."
-        )
-    return tuple(shape), dtype, offset
 
 
 class _NpyRows:
@@ -56,7 +37,14 @@ class _NpyRows:
 
     def __init__(self, path):
         self.path = str(path)
-        self.shape, self.dtype, self.offset = _npy_header(path)
+        header = npy_file_header(path)
+        self.shape, self.dtype, self.offset = header.shape, header.dtype, header.offset
+        if header.fortran_order and len(self.shape) > 1:
+            raise ValueError(
+                f"{path}: is stored in Fortran (column-major) order, so rows cannot "
+                "be read one range at a time; save it with np.save(path, "
+                "np.ascontiguousarray(array))."
+            )
         if not self.shape:
             raise ValueError(f"{path}: holds a scalar, not an array of rows.")
         self.row_items = int(np.prod(self.shape[1:], dtype=np.int64))
@@ -77,27 +65,11 @@ class _NpzArray:
     def __init__(self, path, key):
         self.path = str(path)
         self.key = key
-        with np.load(path, allow_pickle=False) as archive:
-            if key not in archive.files:
-                raise KeyError(key)
-            # The shape and dtype are in the member's .npy header; reading the
-            # header only needs the member opened, not decompressed fully.
-            with archive.zip.open(key + ".npy") as member:
-                version = np.lib.format.read_magic(member)
-                if version == (1, 0):
-                    shape, _, dtype = np.lib.format.read_array_header_1_0(member)
-                else:
-                    shape, _, dtype = np.lib.format.read_array_header_2_0(member)
-        if dtype.hasobject:
-            raise ValueError(
-                f"{path}: {key!r} holds Python objects, which are never loaded."
-            )
-        self.shape, self.dtype = tuple(shape), dtype
+        header = npz_member_header(path, key)
+        self.shape, self.dtype = header.shape, header.dtype
 
     def read(self, start, stop):
-        with np.load(self.path, allow_pickle=False) as archive:
-            values = archive[self.key]
-        return values[start:stop]
+        return read_npz_member(self.path, self.key)[start:stop]
 
 
 class _ZarrRows:
@@ -434,8 +406,7 @@ def _open_npz(files, logits_key, y_key, weight_key, path):
                 None if y_key is None else _NpzArray(file, y_key),
             ]
         except KeyError as exc:
-            with np.load(file, allow_pickle=False) as archive:
-                keys = archive.files
+            keys = npz_keys(file)
             raise KeyError(
                 f"{file}: no array {exc.args[0]!r}; it holds {keys}. Name the "
                 "arrays with logits_key= and y_key=."

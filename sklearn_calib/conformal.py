@@ -922,7 +922,7 @@ def conformal_report(
     """
     from collections.abc import Mapping
 
-    from .metrics._selective import _selective_statistics, aurc_from_statistics
+    from .metrics._selective import aurc_from_statistics, selective_statistics
     from .utils._validation import check_metric_inputs
 
     scores_chosen = (
@@ -978,7 +978,7 @@ def conformal_report(
                 f"evaluation sample among {n_samples}."
             )
         proba = np.asarray(proba, dtype=np.float64)
-        stats = _selective_statistics(y_codes, proba, None, None)
+        stats = selective_statistics(y_codes, proba, None, None)
         area, excess = aurc_from_statistics(stats)
         rng = check_random_state(random_state)
         splits = [rng.permutation(n_samples) for _ in range(n_splits)]

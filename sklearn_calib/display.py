@@ -9,14 +9,10 @@ from numbers import Integral
 
 import numpy as np
 
+from .metrics._bin_statistics import Binning, curve_from_statistics, ece_values
+from .metrics._binomial import BINOMIAL_METHODS, bin_accuracy_interval
 from .metrics._bootstrap import resample_weights
-from .metrics._calibration import (
-    _Binning,
-    _ece_values,
-    curve_from_statistics,
-)
-from .metrics._selective import _statistics as _risk_coverage_statistics
-from .metrics._selective import aurc_from_statistics
+from .metrics._selective import aurc_from_statistics, risk_coverage_statistics
 from .utils._compat import check_is_fitted
 from .utils._validation import check_metric_inputs
 
@@ -45,15 +41,25 @@ def _bootstrap_accuracy_band(
     return low, high
 
 
-def _fitted_probabilities(estimator, X, what):
-    """``estimator.predict_proba(X)``; a TypeError names what needs them."""
+def _from_estimator(display, estimator, X, y, name, what, kwargs):
+    """``display.from_predictions`` on ``estimator.predict_proba(X)``.
+
+    The estimator's ``classes_`` label the columns and its class name the
+    legend, unless given; a TypeError names ``what`` needs probabilities.
+    """
     check_is_fitted(estimator)
     if not hasattr(estimator, "predict_proba"):
         raise TypeError(
             f"{type(estimator).__name__} has no predict_proba; {what} needs "
             "predicted probabilities."
         )
-    return estimator.predict_proba(X)
+    kwargs.setdefault("labels", getattr(estimator, "classes_", None))
+    return display.from_predictions(
+        y,
+        estimator.predict_proba(X),
+        name=type(estimator).__name__ if name is None else name,
+        **kwargs,
+    )
 
 
 class ReliabilityDisplay:
@@ -65,8 +71,8 @@ class ReliabilityDisplay:
     Multiclass predictions are shown top-label by default (the confidence
     ``max_k q_ik`` against correctness) or class-wise on request (each
     class's probability against the frequency of that class). Optional
-    bootstrap bands show the per-bin uncertainty of the accuracy. Several
-    calibrators are compared by drawing them on the same axes.
+    bootstrap or binomial bands show the per-bin uncertainty of the accuracy.
+    Several calibrators are compared by drawing them on the same axes.
 
     The bins are those of every binned metric of :mod:`sklearn_calib.metrics`
     (``(b/M, (b+1)/M]``, 0 in the first bin, 1 in the last).
@@ -98,7 +104,7 @@ class ReliabilityDisplay:
     line_ : matplotlib Line2D or list of Line2D
         The reliability curve (one per class in a class-wise diagram).
     band_ : matplotlib PolyCollection, list of them, or None
-        The bootstrap band(s), when intervals were computed.
+        The bootstrap or binomial band(s), when intervals were computed.
     gap_ : matplotlib LineCollection or None
         Vertical segments from each bin's accuracy to its confidence, when
         ``gap=True``.
@@ -331,6 +337,7 @@ class ReliabilityDisplay:
         n_bootstraps=0,
         confidence_level=0.95,
         random_state=None,
+        interval=None,
         name=None,
         ax=None,
         hist_ax=None,
@@ -365,6 +372,13 @@ class ReliabilityDisplay:
             Coverage of the bands.
         random_state : int, RandomState instance or None, default=None
             Seeds the bootstrap.
+        interval : {"bootstrap", "clopper-pearson", "wilson", "jeffreys"} or \
+                None, default=None
+            The per-bin band: bootstrap percentiles (needs ``n_bootstraps``),
+            or a binomial interval of each bin's accuracy (see
+            :func:`~sklearn_calib.metrics.binomial_interval`), which, unlike
+            the bootstrap, does not collapse on bins that are all correct or
+            all wrong. None: bootstrap when ``n_bootstraps > 0``, else no band.
         name : str, default=None
             Legend name.
         ax, hist_ax, ref_line, histogram, gap, **kwargs
@@ -392,16 +406,38 @@ class ReliabilityDisplay:
             raise ValueError(
                 f"confidence_level must lie in (0, 1), got {confidence_level!r}."
             )
+        if interval is not None and interval not in ("bootstrap", *BINOMIAL_METHODS):
+            raise ValueError(
+                "interval must be None, 'bootstrap', 'clopper-pearson', 'wilson' "
+                f"or 'jeffreys', got {interval!r}."
+            )
         y_codes, y_prob, sample_weight, classes = check_metric_inputs(
             y_true, y_prob, sample_weight=sample_weight, labels=labels
         )
-        binning = _Binning(
+        binning = Binning(
             y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
         )
         stats = binning.statistics(sample_weight)
         curve = curve_from_statistics(stats, multiclass)
+        if interval is None and n_bootstraps:
+            interval = "bootstrap"
         low = high = None
-        if n_bootstraps:
+        if interval in BINOMIAL_METHODS:
+            low, high = bin_accuracy_interval(
+                curve,
+                y_codes,
+                y_prob,
+                sample_weight,
+                multiclass=multiclass,
+                strategy=strategy,
+                method=interval,
+                confidence_level=confidence_level,
+            )
+        elif interval == "bootstrap":
+            if not n_bootstraps:
+                raise ValueError(
+                    "interval='bootstrap' needs n_bootstraps > 0 resamples."
+                )
             low, high = _bootstrap_accuracy_band(
                 binning, sample_weight, n_bootstraps, confidence_level, random_state
             )
@@ -410,7 +446,7 @@ class ReliabilityDisplay:
             confidence=curve.confidence,
             count=curve.count,
             bin_edges=curve.bin_edges,
-            ece=float(_ece_values(stats)[0].mean()),
+            ece=float(ece_values(stats)[0].mean()),
             accuracy_low=low,
             accuracy_high=high,
             estimator_name=name,
@@ -447,12 +483,8 @@ class ReliabilityDisplay:
         -------
         display : ReliabilityDisplay
         """
-        kwargs.setdefault("labels", getattr(estimator, "classes_", None))
-        return cls.from_predictions(
-            y,
-            _fitted_probabilities(estimator, X, "a reliability diagram"),
-            name=type(estimator).__name__ if name is None else name,
-            **kwargs,
+        return _from_estimator(
+            cls, estimator, X, y, name, "a reliability diagram", kwargs
         )
 
 
@@ -627,7 +659,7 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        stats = _risk_coverage_statistics(
+        stats = risk_coverage_statistics(
             y_true, y_prob, confidence, sample_weight, labels
         )
         area, _ = aurc_from_statistics(stats)
@@ -676,10 +708,6 @@ class RiskCoverageDisplay:
         -------
         display : RiskCoverageDisplay
         """
-        kwargs.setdefault("labels", getattr(estimator, "classes_", None))
-        return cls.from_predictions(
-            y,
-            _fitted_probabilities(estimator, X, "a risk-coverage curve"),
-            name=type(estimator).__name__ if name is None else name,
-            **kwargs,
+        return _from_estimator(
+            cls, estimator, X, y, name, "a risk-coverage curve", kwargs
         )

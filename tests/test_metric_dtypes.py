@@ -12,7 +12,7 @@ import pytest
 from scipy.special import softmax
 
 from sklearn_calib.metrics import log_loss
-from sklearn_calib.metrics._proper import LOG_LOSS_EPS
+from sklearn_calib.metrics._sample_losses import LOG_LOSS_EPS
 from sklearn_calib.utils.discovery import all_metrics
 
 

@@ -20,8 +20,8 @@ from sklearn_calib.metrics import (
     rms_calibration_error,
     smooth_calibration_error,
 )
+from sklearn_calib.metrics._bin_statistics import top_label
 from sklearn_calib.metrics._bootstrap import counts_of, resample_indices
-from sklearn_calib.metrics._calibration import top_label
 from sklearn_calib.metrics._report import REPORT_METRICS
 from sklearn_calib.utils.discovery import all_metrics
 
@@ -568,6 +568,7 @@ def test_registry_lists_every_metric():
         "adaptive_calibration_error",
         "brier_score",
         "classwise_calibration_error",
+        "debiased_calibration_error",
         "expected_calibration_error",
         "log_loss",
         "maximum_calibration_error",

@@ -147,6 +147,7 @@ def test_trusted_types_list_every_public_estimator():
         )
     }
     expected |= {
+        metrics + "_debiased.debiased_calibration_error",
         metrics + "_proper.brier_score",
         metrics + "_proper.log_loss",
         metrics + "_selective.aurc",
@@ -165,12 +166,12 @@ def test_skops_scorers_of_predict_proba_load_as_themselves(fitted_cases):
     # Each scorer a CalibratorSelector can use: trusted by the list, and the
     # loaded scorer (its metric found by name) gives the same score.
     sio = pytest.importorskip("skops.io")
-    from sklearn_calib.metrics._scorer import _SCORERS
+    from sklearn_calib.metrics._scorer import SCORERS
 
     calibrator, X = fitted_cases(TemperatureScaling)[0]
     y = calibrator.predict(X)
     y[::3] = calibrator.classes_[0]
-    for name, scorer in _SCORERS.items():
+    for name, scorer in SCORERS.items():
         if scorer._response_method != "predict_proba":
             continue
         data = sio.dumps(scorer)
@@ -671,13 +672,13 @@ def test_skops_set_scorers_load_as_themselves():
     # again by name, and the loaded scorer gives the same score.
     sio = pytest.importorskip("skops.io")
     from sklearn_calib.conformal import ConformalClassifier
-    from sklearn_calib.metrics._scorer import _SCORERS
+    from sklearn_calib.metrics._scorer import SCORERS
 
     X, y = make_logits(n_samples=400, n_classes=4, seed=5)
     conformal = ConformalClassifier(TemperatureScaling()).fit(X[:200], y[:200])
     set_scorers = {
         name: scorer
-        for name, scorer in _SCORERS.items()
+        for name, scorer in SCORERS.items()
         if scorer._response_method == ["predict_set"]
     }
     assert len(set_scorers) == 4

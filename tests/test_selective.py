@@ -231,7 +231,7 @@ def test_temperature_scaling_can_change_aurc():
         (lambda y, p: selective_risk(y, p, coverage=0.0), "coverage"),
         (lambda y, p: selective_risk(y, p, coverage=1.5), "coverage"),
         (lambda y, p: coverage_at_risk(y, p, risk=-0.1), "risk"),
-        (lambda y, p: aurc(y, p, confidence=np.ones(3)), "one value per sample"),
+        (lambda y, p: aurc(y, p, confidence=np.ones(3)), "one entry per row"),
         (
             lambda y, p: aurc(y, p, confidence=np.full(len(y), np.nan)),
             "NaN or infinity",

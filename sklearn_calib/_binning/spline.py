@@ -373,7 +373,7 @@ class SplineCalibration(BaseCalibrator):
             :meth:`predict_proba`).
         """
         check_is_fitted(self)
-        from .._torch._modules_extra import TopLabelTableModule
+        from .._torch._binning_modules import TopLabelTableModule
 
         return TopLabelTableModule(
             self.log_complements_[::-1].copy(),

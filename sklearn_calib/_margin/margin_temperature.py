@@ -6,12 +6,8 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.base import clone
 
-from .._meta.selector import (
-    CalibratorSelector,
-    _partitions,
-    _with_code_classes,
-    cv_splits,
-)
+from .._meta.cross_validation import cv_splits, partitions, with_code_classes
+from .._meta.selector import CalibratorSelector
 from ..base import BaseCalibrator
 from ..utils._compat import HasMethods, Interval, check_is_fitted
 from ..utils._fitted_state import (
@@ -23,10 +19,12 @@ from ..utils._fitted_state import (
 )
 from ..utils._math import log_softmax
 from ..utils._validation import check_device
+from .features import logit_margins
 
 
 def _default_base():
-    from .._scaling.affine import MatrixScaling, TemperatureScaling
+    from .._scaling.affine import MatrixScaling
+    from .._scaling.temperature import TemperatureScaling
 
     return CalibratorSelector([TemperatureScaling(), MatrixScaling()])
 
@@ -38,13 +36,6 @@ def _weighted_quantiles(values, weights, levels):
     targets = levels * cumulative[-1]
     index = np.searchsorted(cumulative, targets, side="left")
     return values[order[np.clip(index, 0, values.shape[0] - 1)]]
-
-
-def _margins(log_proba):
-    """Largest minus second-largest entry of each row (inf with one finite)."""
-    top2 = np.partition(log_proba, -2, axis=1)[:, -2:]
-    with np.errstate(invalid="ignore"):
-        return top2[:, 1] - top2[:, 0]
 
 
 class MarginTemperatureScaling(BaseCalibrator):
@@ -266,7 +257,7 @@ class MarginTemperatureScaling(BaseCalibrator):
                 "label?); the likelihood is then 0 whatever the temperature."
             )
 
-        margins = _margins(log_proba)
+        margins = logit_margins(log_proba)
         finite = np.isfinite(margins)
         levels = np.linspace(0.0, 1.0, self.n_knots)
         if finite.any():
@@ -326,7 +317,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         base = _default_base() if self.base is None else self.base
         # The base sees integer codes; told the class set, it fits even when
         # a training part lacks a class.
-        base = _with_code_classes(base, logits.shape[1])
+        base = with_code_classes(base, logits.shape[1])
         if self.cv is None:
             self.base_ = base.fit(logits, y, sample_weight=sample_weight)
             return self._base_log_proba(logits)
@@ -339,7 +330,7 @@ class MarginTemperatureScaling(BaseCalibrator):
             self.base_ = base
         else:
             oof = None
-            if _partitions(splits, logits.shape[0]):
+            if partitions(splits, logits.shape[0]):
                 oof = np.empty(logits.shape)
                 for train, test in splits:
                     fold = clone(base).fit(
@@ -364,7 +355,7 @@ class MarginTemperatureScaling(BaseCalibrator):
 
         return np.exp(
             log_inverse_temperature(
-                _margins(log_proba), self.knots_, self.log_inverse_temperature_
+                logit_margins(log_proba), self.knots_, self.log_inverse_temperature_
             )
         )
 

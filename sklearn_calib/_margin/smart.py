@@ -17,43 +17,18 @@ from ..utils._fitted_state import (
 )
 from ..utils._math import scale_logits
 from ..utils._validation import check_device, check_true_class_unmasked
+from .features import (
+    MARGIN_STD_FLOOR,
+    logit_margins,
+    margin_statistics,
+    standardise,
+)
 
 # Below this (effective) number of calibration samples, about 67 per soft bin
 # at the default 15 bins, SMART's per-margin temperatures fit noise: fitted on
 # random subsets of the public CIFAR val sets, its mean test ECE is worse than
 # temperature scaling's up to 500 rows and better from 1000 (user guide).
 MIN_RELIABLE_SAMPLES = 1000
-MARGIN_STD_FLOOR = 1e-8
-
-
-def logit_margins(logits, *, top2=None):
-    """Largest minus second-largest logit of every row, in float64.
-
-    ``inf`` for a row with a single finite logit (every other class masked
-    with ``-inf``), and where the gap exceeds float64's range. ``top2``, the
-    two largest logits of every row (second-largest first), may be given.
-    """
-    if top2 is None:
-        top2 = np.partition(logits, -2, axis=1)[:, -2:]
-    with np.errstate(over="ignore"):
-        return top2[:, 1].astype(np.float64) - top2[:, 0].astype(np.float64)
-
-
-def margin_statistics(margins, weights):
-    """Weighted mean and population standard deviation of finite margins.
-
-    ``weights`` sum to 1 over the rows given; the mean is then a convex
-    combination and cannot overflow, and the deviations are scaled by their
-    largest before squaring, so that margins up to float64's range keep a
-    finite standard deviation (floored at ``MARGIN_STD_FLOOR``).
-    """
-    mean = float(np.dot(weights, margins))
-    deviation = margins - mean
-    largest = float(np.max(np.abs(deviation))) if deviation.size else 0.0
-    if not largest > 0:
-        return mean, MARGIN_STD_FLOOR
-    std = largest * float(np.dot(weights, (deviation / largest) ** 2)) ** 0.5
-    return mean, max(std, MARGIN_STD_FLOOR)
 
 
 def check_smart_rows(logits, y, loss, *, of=""):
@@ -82,19 +57,6 @@ def check_smart_rows(logits, y, loss, *, of=""):
         # masked true class is a wrong prediction like any other.
         check_true_class_unmasked(logits, y, of=of)
     return margins, logits[np.arange(logits.shape[0]), y]
-
-
-def _standardise(margins, mean, std):
-    """Standardised margins; 0 (the mean margin) where the margin is infinite.
-
-    A row with a single finite logit has a one-hot softmax at every
-    temperature, so its temperature has no effect; it is given the
-    temperature of the mean margin rather than the network's limit at an
-    infinite input (which may be infinite itself).
-    """
-    with np.errstate(invalid="ignore", over="ignore"):
-        standardised = (margins - mean) / std
-    return np.where(np.isfinite(standardised), standardised, 0.0)
 
 
 def _check_hidden_sizes(hidden_sizes):
@@ -338,7 +300,7 @@ class SMART(BaseCalibrator):
         with np.errstate(over="ignore", invalid="ignore"):
             true_gap = true_logit.astype(np.float64) - logits[rows, top]
         true_gap = np.maximum(true_gap, np.finfo(np.float64).min)  # -inf: masked
-        standardised = _standardise(margins, self.margin_mean_, self.margin_std_)
+        standardised = standardise(margins, self.margin_mean_, self.margin_std_)
 
         def tensor(array):
             return to_tensor(array, torch_device)
@@ -404,8 +366,8 @@ class SMART(BaseCalibrator):
         )
         from .._torch._device import resolve_device
         from .._torch._smart import (
-            _one_cpu_thread,
             initial_parameters,
+            one_cpu_thread,
             seeded_generator,
         )
 
@@ -453,7 +415,7 @@ class SMART(BaseCalibrator):
         # One torch thread for the whole training, as in memory: the per-chunk
         # operations are small, and on a busy machine more threads cost far more
         # in synchronisation than they gain.
-        with _one_cpu_thread(device):
+        with one_cpu_thread(device):
             problem_bytes = 2 * data.n_samples * data.n_classes * data.dtype.itemsize
             if problem_bytes <= _SMART_CACHE_BYTES:
                 # Small data: every chunk is prepared once and kept (the
@@ -598,7 +560,7 @@ class SMART(BaseCalibrator):
     def _temperatures(self, logits):
         from .._torch._smart import temperature_numpy
 
-        standardised = _standardise(
+        standardised = standardise(
             logit_margins(logits), self.margin_mean_, self.margin_std_
         )
         return temperature_numpy(standardised, self.coefs_, self.intercepts_)
@@ -636,7 +598,7 @@ class SMART(BaseCalibrator):
             program per input dtype; see the user guide).
         """
         check_is_fitted(self)
-        from .._torch._modules import SmartModule
+        from .._torch._smart import SmartModule
 
         return SmartModule(
             self.margin_mean_, self.margin_std_, self.coefs_, self.intercepts_
@@ -714,7 +676,7 @@ def _smart_problem(logits, codes, weights, *, mean, std, device, loss):
         return None, 0.0
     total = float(weights.sum())
     problem = smart_chunk_problem(
-        logits, correct, weights, _standardise(margins, mean, std), true_gap, device
+        logits, correct, weights, standardise(margins, mean, std), true_gap, device
     )
     return problem, total
 

@@ -214,7 +214,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     def _get_calibrator(self):
         if self.calibrator is not None:
             return self.calibrator
-        from .._scaling.affine import TemperatureScaling
+        from .._scaling.temperature import TemperatureScaling
 
         return TemperatureScaling()
 

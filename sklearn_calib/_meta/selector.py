@@ -2,13 +2,12 @@
 
 import time
 import warnings
-from numbers import Integral, Real
+from numbers import Real
 
 import numpy as np
 from scipy.stats import rankdata
 from sklearn.base import clone
 from sklearn.exceptions import FitFailedWarning
-from sklearn.model_selection import check_cv
 from sklearn.utils import get_tags
 
 from ..base import BaseCalibrator
@@ -20,6 +19,11 @@ from ..utils._fitted_state import (
     fail_state,
     get_state,
 )
+from .cross_validation import (
+    cv_splits,
+    partitions,
+    with_code_classes,
+)
 
 
 def _default_calibrators():
@@ -28,13 +32,9 @@ def _default_calibrators():
     The two structured maps lower the selector's mean test NLL on the 15
     public sets from 0.4742 to 0.4727 (ECE 1.63 % to 1.54 %).
     """
-    from .._scaling.affine import (
-        DirichletCalibration,
-        MatrixScaling,
-        TemperatureScaling,
-        VectorScaling,
-    )
+    from .._scaling.affine import DirichletCalibration, MatrixScaling, VectorScaling
     from .._scaling.structured import StructuredMatrixScaling, StructuredVectorScaling
+    from .._scaling.temperature import TemperatureScaling
 
     return [
         TemperatureScaling(),
@@ -71,47 +71,6 @@ def _summarise(names, scores, fit_times, score_times):
             ranks = rankdata(-finite, method="min").astype(np.int32)
             results["rank_test_score"] = ranks
     return results
-
-
-def cv_splits(cv, logits, y):
-    """The (train, test) splits of ``cv``; too few samples for them leave none.
-
-    An integer ``cv`` asks for stratified folds, which need at least as many
-    samples as folds in some class: with fewer (a small calibration fold
-    inside another cross-validation), as many folds as the most frequent
-    class allows are used, with a warning, and none below two.
-    """
-    if isinstance(cv, Integral):
-        largest = int(np.bincount(y).max())
-        if largest < cv:
-            warnings.warn(
-                f"cv={cv} stratified folds need {cv} samples of some class, "
-                f"but the most frequent class has {largest}: "
-                f"{'no cross-validation' if largest < 2 else f'cv={largest}'} "
-                "is used.",
-                UserWarning,
-                stacklevel=5,
-            )
-            if largest < 2:
-                return []
-            cv = largest
-    return list(check_cv(cv, y, classifier=True).split(logits, y))
-
-
-def _partitions(splits, n_samples):
-    """Whether the test parts hold out every row exactly once."""
-    if not splits:
-        return False
-    held_out = np.concatenate([test for _, test in splits])
-    return bool(np.all(np.bincount(held_out, minlength=n_samples) == 1))
-
-
-def _with_code_classes(estimator, n_classes):
-    """A clone told that its columns are the codes 0..n_classes-1, if it can be."""
-    estimator = clone(estimator)
-    if "classes" in estimator.get_params(deep=False):
-        estimator.set_params(classes=np.arange(n_classes))
-    return estimator
 
 
 class CalibratorSelector(BaseCalibrator):
@@ -344,12 +303,12 @@ class CalibratorSelector(BaseCalibrator):
         names, estimators = self._candidates()
         # The class set is known from all of y: a training part that lacks a
         # class (or holds a single one) still fits, column j staying code j.
-        estimators = [_with_code_classes(e, logits.shape[1]) for e in estimators]
+        estimators = [with_code_classes(e, logits.shape[1]) for e in estimators]
         scorer = self._get_scorer()
         # Unit weights are no weights: estimators without sample_weight
         # support then still run, and scorers see the plain mean.
         weighted = not np.all(sample_weight == 1.0)
-        keep_oof = keep_oof and _partitions(splits, logits.shape[0])
+        keep_oof = keep_oof and partitions(splits, logits.shape[0])
 
         n_splits, n_candidates = len(splits), len(estimators)
         scores = np.empty((n_candidates, n_splits))

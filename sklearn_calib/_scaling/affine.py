@@ -1,7 +1,8 @@
-"""Affine calibration maps of the logits, fitted by exact NLL minimisation in torch.
+"""Affine calibration maps of the logits: vector, matrix, Dirichlet and Platt scaling.
 
-Temperature scaling lives here; the vector, matrix, Dirichlet and Platt maps of
-the same family share the torch layer in ``sklearn_calib._torch``.
+Each map is fitted by exact minimisation of the (penalised) NLL in torch
+(:mod:`sklearn_calib._torch._affine`); vector and Platt scaling also fit from
+chunks, on sums over the chunks.
 """
 
 import functools
@@ -15,29 +16,19 @@ from ..base import BaseCalibrator
 from ..utils._compat import Interval, StrOptions, check_is_fitted
 from ..utils._fitted_state import (
     check_state_array,
-    check_state_float,
     check_state_int,
     fail_state,
 )
-from ..utils._math import log_softmax, row_blocks, scale_logits
+from ..utils._math import log_softmax, row_blocks
 from ..utils._validation import (
     check_device,
     check_true_class_unmasked,
     mask_of,
 )
-
-
-def _torch_inputs(logits, y, sample_weight, device):
-    """Move validated numpy inputs to torch on the resolved device."""
-    from .._torch._device import resolve_device, to_tensor
-
-    torch_device = resolve_device(check_device(device))
-    return (
-        to_tensor(logits, torch_device),
-        to_tensor(y.astype(np.int64, copy=False), torch_device),
-        to_tensor(sample_weight, torch_device),
-    )
-
+from .temperature import (
+    fit_temperature_chunks,
+    torch_inputs,
+)
 
 # A mean NLL this low on the calibration set means that the map separates it:
 # with 15 classes, a true-class probability of 1 - 1e-6 on every sample.
@@ -59,7 +50,7 @@ def _parameter_dtype(dtype, *arrays):
     return dtype.type
 
 
-def _mixing_inputs(features, mask):
+def mixing_inputs(features, mask):
     """Finite inputs of an affine map: what a masked entry contributes.
 
     For the matrix map a masked entry enters as the lowest unmasked feature of
@@ -74,198 +65,6 @@ def _mixing_inputs(features, mask):
     return np.where(mask, lowest, features)
 
 
-class TemperatureScaling(BaseCalibrator):
-    r"""Temperature scaling: one scalar temperature for all logits.
-
-    Calibrated probabilities are ``softmax(z / T)``. ``T`` minimises the
-    (weighted) negative log-likelihood on the calibration set exactly: the
-    problem is convex in ``beta = 1 / T`` and is solved by a bracketed Newton
-    method to machine precision, typically in 3 to 6 passes over the logits
-    after a warm start on a subsample. Dividing by ``T > 0`` never changes the
-    argmax, so accuracy is preserved exactly.
-
-    Parameters
-    ----------
-    device : {"auto", "cpu", "cuda"} or "cuda:N", default="auto"
-        Where the solver runs. ``"auto"`` uses CUDA when available. Asking
-        for CUDA without it falls back to the CPU with a warning. The fitted
-        state is a Python float either way.
-    max_iter : int, default=100
-        Maximum number of Newton iterations over the full data. A
-        :class:`~sklearn.exceptions.ConvergenceWarning` is raised if reached.
-
-    classes : array-like of shape (n_classes,), default=None
-        The label of each logit column, in column order (for a single score
-        column: the negative, then the positive class). Set it when the
-        calibration labels may lack a class or are not 0-based indices, for
-        example ``classes=[1, 2, 3, 4]``; ``y`` may then hold any subset of
-        it. ``None`` infers the classes from ``y`` and raises a ``ValueError``
-        where the match of labels to columns is ambiguous (the rule is in
-        :class:`~sklearn_calib.BaseCalibrator`).
-
-    Attributes
-    ----------
-    temperature_ : float
-        The fitted temperature ``T`` (not its inverse). ``T > 1`` softens an
-        over-confident model, ``T < 1`` sharpens an under-confident one.
-    n_iter_ : int
-        Newton iterations (passes over the full data) of the final solve.
-    classes_ : ndarray of shape (n_classes,)
-        Class labels; the i-th logit column belongs to ``classes_[i]``.
-    n_features_in_ : int
-        Number of logit columns seen in :meth:`fit`.
-    feature_names_in_ : ndarray of shape (n_features_in_,)
-        Column names, when ``X`` was a DataFrame with string column names.
-
-    See Also
-    --------
-    VectorScaling : One temperature and bias per class.
-    sklearn.calibration.CalibratedClassifierCV : ``method="temperature"``.
-
-    Notes
-    -----
-    The optimum satisfies ``mean_w(E_q[z]) = mean_w(z_y)``: the mean logit of
-    the true class equals the mean expected logit. When every calibration
-    sample is classified correctly and separably, the NLL decreases for ever
-    as ``T -> 0``; when the logits carry no ranking information it is lowest
-    as ``T -> infinity``. ``T`` is therefore bounded relative to the logits'
-    own scales, and a warning is raised when the optimum sits on a bound:
-    ``T >= 1e-4 g`` with ``g`` the median gap between a row's top logit and
-    the next lower one, and ``T <= 1e4 s`` with ``s`` the larger of ``g`` and
-    the mean gap between a row's maximum and the mean of its finite logits.
-    For float32 logits ``T`` also stays below about ``2^28 g`` (``2^476 g``
-    for float64), beyond which the derivatives are not representable.
-    Constant logits (the same value in every column) leave ``T = 1`` with a
-    warning.
-
-    Masked classes, ``-inf`` logits, have probability exactly 0 at every
-    temperature and do not enter the bounds: adding a masked column changes
-    neither ``T`` nor the other columns' probabilities. A finite fill such as
-    ``-1e9`` or ``np.finfo(np.float32).min`` gives the same ``T`` whenever
-    its probability underflows to exactly 0 at the fitted temperature (it
-    only widens the upper bound of ``T``). A sample labelled with a masked
-    class has likelihood 0 at every temperature and raises a ``ValueError``.
-    Only the ratios of ``sample_weight`` matter: multiplying every weight by
-    a constant changes nothing.
-
-    References
-    ----------
-    .. [1] C. Guo, G. Pleiss, Y. Sun and K. Q. Weinberger, "On Calibration of
-       Modern Neural Networks", ICML 2017.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from sklearn_calib import TemperatureScaling
-    >>> rng = np.random.default_rng(0)
-    >>> y = rng.integers(0, 3, size=500)
-    >>> logits = 4.0 * np.eye(3)[y] + rng.normal(scale=2.0, size=(500, 3))
-    >>> ts = TemperatureScaling(device="cpu").fit(logits, y)
-    >>> round(ts.temperature_, 3) > 0
-    True
-    >>> ts.predict_proba(logits).sum(axis=1)[:3]
-    array([1., 1., 1.])
-    """
-
-    _parameter_constraints: dict = {
-        **BaseCalibrator._parameter_constraints,
-        "device": [str],
-        "max_iter": [Interval(Integral, 1, None, closed="left")],
-    }
-    _preserves_argmax = True
-
-    def __init__(self, *, device="auto", max_iter=100, classes=None):
-        self.device = device
-        self.max_iter = max_iter
-        self.classes = classes
-
-    def _fit(self, logits, y, sample_weight):
-        from .._torch._temperature import fit_inverse_temperature
-
-        # A sample of positive weight whose true class is masked has an
-        # infinite NLL at every temperature.
-        check_true_class_unmasked(logits, y, sample_weight)
-        result = fit_inverse_temperature(
-            *_torch_inputs(logits, y, sample_weight, self.device),
-            max_iter=self.max_iter,
-        )
-        self._store_temperature_fit(result)
-
-    def _chunk_sample_rows(self):
-        """The rows the chunked fit gathers: those of the in-memory warm start."""
-        from .._torch._chunked import spaced_row_indices
-
-        return spaced_row_indices
-
-    def _fit_chunked(self, data):
-        """The exact fit from chunks: the in-memory Newton iteration on sums."""
-        self._store_temperature_fit(
-            fit_temperature_chunks(data, max_iter=self.max_iter)
-        )
-
-    def _store_temperature_fit(self, result):
-        """Set the fitted attributes from a solve (in memory or over chunks)."""
-        self.n_iter_ = result.n_iter
-        self.temperature_ = 1.0 / result.beta
-        if result.status == "max_iter":
-            warnings.warn(
-                f"TemperatureScaling did not converge in max_iter={self.max_iter} "
-                f"Newton iterations (gradient {result.gradient:.3e}); increase "
-                "max_iter.",
-                ConvergenceWarning,
-                stacklevel=5,
-            )
-        elif result.status == "at_upper_beta":
-            warnings.warn(
-                "The NLL keeps decreasing as T -> 0: every calibration sample is "
-                "classified correctly. T was clamped to its lower bound "
-                f"{self.temperature_:.4g}; use a calibration set with errors for a "
-                "meaningful temperature.",
-                UserWarning,
-                stacklevel=5,
-            )
-        elif result.status == "at_lower_beta":
-            warnings.warn(
-                "The NLL keeps decreasing as T -> infinity: the logits carry no "
-                "ranking information about y. T was clamped to its upper bound "
-                f"{self.temperature_:.4g}.",
-                UserWarning,
-                stacklevel=5,
-            )
-        elif result.status == "constant":
-            warnings.warn(
-                "The logits are constant across classes in every row (or "
-                "spread by less than 1e-289, or every row has a single finite "
-                "logit); the temperature has no effect and was left at T = 1.",
-                UserWarning,
-                stacklevel=5,
-            )
-
-    def _check_fitted_state(self):
-        super()._check_fitted_state()
-        # T > 0 keeps the order of the logits; T <= 0 would reverse or erase it.
-        check_state_float(self, "temperature_", low=0.0, low_open=True)
-        check_state_int(self, "n_iter_")
-
-    def _calibrated_logits(self, logits):
-        return scale_logits(logits, 1.0 / self.temperature_)
-
-    def to_torch(self):
-        """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
-
-        Returns
-        -------
-        module : torch.nn.Module
-            ``log_softmax(z / T)``;
-            exportable with ``torch.export.export`` (a program per input
-            dtype; see the user guide).
-        """
-        check_is_fitted(self)
-        from .._torch._modules import TemperatureModule
-
-        return TemperatureModule(self.temperature_)
-
-
 # --- vector, matrix and Dirichlet scaling, Platt scaling ----------------------
 
 
@@ -277,7 +76,7 @@ _MAX_AFFINE_PARAMETERS = 2**24
 _SOLVER_COPIES = 25
 
 
-class _AffineCalibrator(BaseCalibrator):
+class AffineCalibrator(BaseCalibrator):
     """Shared fitting of the affine maps softmax(A x + b) by the torch solver."""
 
     _parameter_constraints: dict = {
@@ -316,7 +115,7 @@ class _AffineCalibrator(BaseCalibrator):
         """Minimise the penalised NLL; store n_iter_ and return the solution.
 
         ``mask`` marks the masked (-inf) entries; ``features`` then holds
-        finite stand-ins there (see :func:`_mixing_inputs`).
+        finite stand-ins there (see :func:`mixing_inputs`).
         """
         from .._torch._affine import fit_affine
         from .._torch._device import to_tensor
@@ -340,7 +139,7 @@ class _AffineCalibrator(BaseCalibrator):
         # layer normalises their sum again, in float64).
         sample_weight = sample_weight / sample_weight.max()
 
-        features_t, y_t, weights_t = _torch_inputs(
+        features_t, y_t, weights_t = torch_inputs(
             features, y, sample_weight, self.device
         )
         try:
@@ -439,18 +238,16 @@ class _AffineCalibrator(BaseCalibrator):
             )
 
 
-class VectorScaling(_AffineCalibrator):
+class VectorScaling(AffineCalibrator):
     r"""Vector scaling: one scale and one bias per class.
 
     Calibrated probabilities are ``softmax(w * z + b)`` with ``w, b`` in
     ``R^K`` (``*`` elementwise). ``(w, b)`` minimise the (weighted)
     negative log-likelihood on the calibration set, a convex problem solved
-    to a tight gradient tolerance: by Newton's method when the Hessian is
-    cheap (up to 64 classes), otherwise by L-BFGS preconditioned with the
-    exact 2 x 2 Hessian block of each class, recomputed at every point. Each
-    pass over the logits costs ``O(N K)``. The solve starts from the exact
+    exactly (to the gradient tolerance ``tol``), starting from the exact
     temperature-scaling solution ``w = 1 / T, b = 0``, which it contains, so
-    the calibration NLL is never above temperature scaling's.
+    the calibration NLL is never above temperature scaling's. How the solver
+    works is described in :mod:`sklearn_calib._torch._affine`.
 
     Unlike temperature scaling, a per-class scale and bias can change the
     argmax, so accuracy may change (usually by a fraction of a percent, in
@@ -468,13 +265,8 @@ class VectorScaling(_AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        mean weighted NLL is at most ``tol`` (with the Newton solver, also
-        when a Newton step predicts a decrease of the loss below ``tol / 100``).
-        float32 logits are processed in float32 until float32 rounding
-        dominates and in float64 after that, so any ``tol`` down to about
-        ``1e-10`` is reachable. Logits whose spread lies outside ``2**-32`` to
-        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
-        applies to that rescaled problem.
+        mean weighted NLL is at most ``tol``; any ``tol`` down to about
+        ``1e-10`` is reachable, float32 logits included.
 
     classes : array-like of shape (n_classes,), default=None
         The label of each logit column, in column order (for a single score
@@ -603,7 +395,8 @@ class VectorScaling(_AffineCalibrator):
         n_free = free_classes.shape[0]
         # When every frozen class lacks samples, a common shift of the free biases
         # is a ray (the frozen classes' probabilities fall for ever): their mean
-        # is held at 0, as in memory (see _torch._affine._Objective.freeze).
+        # is held at 0, as in memory (see AffineObjective.freeze in
+        # _torch._affine_objective).
         hold_bias_mean = bool(frozen.any()) and not bool((separable & frozen).any())
 
         def project(vector):
@@ -708,7 +501,7 @@ class VectorScaling(_AffineCalibrator):
             dtype; see the user guide).
         """
         check_is_fitted(self)
-        from .._torch._modules import VectorScalingModule
+        from .._torch._scaling_modules import VectorScalingModule
 
         return VectorScalingModule(self.coef_, self.intercept_)
 
@@ -723,7 +516,7 @@ _AUTO_LAMBDA = 0.3
 _AUTO_MU = 0.003
 
 
-class MatrixScaling(_AffineCalibrator):
+class MatrixScaling(AffineCalibrator):
     r"""Matrix scaling with the ODIR penalty: a full affine map of the logits.
 
     Calibrated probabilities are ``softmax(W z + b)`` with ``W`` in
@@ -736,10 +529,9 @@ class MatrixScaling(_AffineCalibrator):
         \frac{\lambda}{K(K-1)} \sum_{j \ne k} W_{jk}^2
         + \frac{\mu}{K} \sum_k b_k^2 .
 
-    The problem is convex. It is solved to a tight gradient tolerance, from
-    the exact temperature-scaling solution ``W = I / T, b = 0``: by Newton's
-    method for small problems (up to 10 classes), otherwise by L-BFGS
-    preconditioned with the exact Hessian block of each class.
+    The problem is convex. It is solved exactly (to the gradient tolerance
+    ``tol``) from the exact temperature-scaling solution ``W = I / T, b = 0``;
+    how the solver works is described in :mod:`sklearn_calib._torch._affine`.
 
     The map can change the argmax, so accuracy may change (in either
     direction); report it beside the calibration metrics.
@@ -769,12 +561,7 @@ class MatrixScaling(_AffineCalibrator):
         gradient is raised if reached.
     tol : float, default=1e-7
         The solve stops when the largest absolute entry of the gradient of the
-        penalised objective is at most ``tol`` and, with the Newton solver,
-        a Newton step predicts a decrease of the objective below
-        ``tol / 100``: in a flat valley the gradient can be tiny while the
-        optimum is still far. Logits whose spread lies outside ``2**-32`` to
-        ``2**32`` are first multiplied by a power of two (exactly), and ``tol``
-        applies to that rescaled problem.
+        penalised objective is at most ``tol``.
 
     classes : array-like of shape (n_classes,), default=None
         The label of each logit column, in column order (for a single score
@@ -843,8 +630,7 @@ class MatrixScaling(_AffineCalibrator):
     penalty ``lambda`` give exactly the map of ``z`` with penalty
     ``lambda / c^2`` (``W`` divided by ``c``), so at ``c = 1e155`` the
     penalty on ``W`` has no effect and at ``c = 1e-300`` it keeps ``W``
-    diagonal. Extreme logits are solved as this exact equivalent problem, on
-    logits brought near 1 by a power of two.
+    diagonal.
 
     The ``K (K + 1)`` parameters limit the number of classes: above 4095
     (``2**24`` parameters) :meth:`fit` raises a ``ValueError`` rather than
@@ -883,7 +669,7 @@ class MatrixScaling(_AffineCalibrator):
     """
 
     _parameter_constraints: dict = {
-        **_AffineCalibrator._parameter_constraints,
+        **AffineCalibrator._parameter_constraints,
         "reg_lambda": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "reg_mu": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
     }
@@ -920,7 +706,7 @@ class MatrixScaling(_AffineCalibrator):
             reg_mu = _AUTO_MU * n_classes
         mask = mask_of(logits)
         result = self._solve(
-            _mixing_inputs(self._features(logits), mask),
+            mixing_inputs(self._features(logits), mask),
             y,
             sample_weight,
             "matrix",
@@ -934,7 +720,7 @@ class MatrixScaling(_AffineCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         mask = mask_of(logits)
-        features = _mixing_inputs(self._features(logits), mask)
+        features = mixing_inputs(self._features(logits), mask)
         # Features in the logits' own dtype are within its range already.
         wider = () if features.dtype == dtype else (features,)
         work = _parameter_dtype(dtype, self.coef_, self.intercept_, *wider)
@@ -955,7 +741,7 @@ class MatrixScaling(_AffineCalibrator):
             dtype; see the user guide).
         """
         check_is_fitted(self)
-        from .._torch._modules import MatrixScalingModule
+        from .._torch._scaling_modules import MatrixScalingModule
 
         return MatrixScalingModule(self.coef_, self.intercept_, log_probabilities=False)
 
@@ -1093,12 +879,12 @@ class DirichletCalibration(MatrixScaling):
             dtype; see the user guide).
         """
         check_is_fitted(self)
-        from .._torch._modules import MatrixScalingModule
+        from .._torch._scaling_modules import MatrixScalingModule
 
         return MatrixScalingModule(self.coef_, self.intercept_, log_probabilities=True)
 
 
-class PlattScaling(_AffineCalibrator):
+class PlattScaling(AffineCalibrator):
     r"""Platt scaling of a binary classifier's score: ``sigmoid(a s + c)``.
 
     The positive-class probability is ``sigmoid(a s + c)`` where ``s`` is a
@@ -1210,7 +996,7 @@ class PlattScaling(_AffineCalibrator):
     """
 
     _parameter_constraints: dict = {
-        **_AffineCalibrator._parameter_constraints,
+        **AffineCalibrator._parameter_constraints,
         "smooth_targets": ["boolean"],
     }
 
@@ -1361,7 +1147,7 @@ class PlattScaling(_AffineCalibrator):
             dtype; see the user guide).
         """
         check_is_fitted(self)
-        from .._torch._modules import PlattModule
+        from .._torch._scaling_modules import PlattModule
 
         return PlattModule(float(self.coef_[0]), float(self.intercept_[0]))
 
@@ -1373,33 +1159,6 @@ class PlattScaling(_AffineCalibrator):
 _NEWTON_PARAMS = 128
 _ARMIJO = 1e-4
 _MAX_HALVINGS = 40
-
-
-def _temperature_sums(logits, codes, weights, *, beta, exponent):
-    from .._torch._chunked import temperature_chunk_sums
-
-    check_true_class_unmasked(logits, codes, weights, of=" of a chunk")
-    return temperature_chunk_sums(logits, codes, weights, beta, exponent)
-
-
-def fit_temperature_chunks(data, max_iter=100):
-    """The exact temperature solve over chunks: a ``TemperatureFit``."""
-    from .._torch._chunked import fit_inverse_temperature_chunked, spaced_row_indices
-
-    def reduce(beta, exponent):
-        return data.reduce(
-            functools.partial(_temperature_sums, beta=beta, exponent=exponent)
-        )
-
-    # The in-memory solver reads the logit scale and runs its warm start on
-    # evenly spaced rows; gathering the same rows gives the same start.
-    sample = data.sample
-    if sample is None:
-        sample = data.gather(spaced_row_indices(data.n_samples))
-    result, _ = fit_inverse_temperature_chunked(
-        sample, reduce, data.n_samples, max_iter=max_iter
-    )
-    return result
 
 
 def _vector_sums(logits, codes, weights, *, coef, intercept, hessian):
@@ -1647,7 +1406,7 @@ def _lbfgs_over_chunks(evaluate, theta, *, tol, max_iter, preconditioner=None):
 
 
 class _AffineChunkedFit:
-    """What ``_AffineCalibrator._check_affine_result`` reads of a solve."""
+    """What ``AffineCalibrator._check_affine_result`` reads of a solve."""
 
     def __init__(self, coef, intercept, newton):
         self.coef = coef
@@ -1702,7 +1461,7 @@ def _unidentified_classes(data):
     other, unless all of them are equal, or no other row sees the class).
     Returns (absent, separable), boolean arrays of shape (n_classes,).
     """
-    from .._torch._affine import unidentified_from_extremes
+    from .._torch._affine_objective import unidentified_from_extremes
 
     extremes = data.reduce(_separation_extremes, _combine_extremes)
     return unidentified_from_extremes(*np.split(extremes, 4))

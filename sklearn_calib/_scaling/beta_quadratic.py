@@ -388,7 +388,7 @@ class BetaCalibration(_BinaryLogisticMap):
             ``s`` the score column or the difference of the two logits.
         """
         check_is_fitted(self)
-        from .._torch._modules_extra import BinaryFeatureModule
+        from .._torch._scaling_modules import BinaryFeatureModule
 
         a, b = (float(v) for v in self.coef_)
         return BinaryFeatureModule("beta", a, b, float(self.intercept_[0]), 1.0)
@@ -554,7 +554,7 @@ class QuadraticScaling(_BinaryLogisticMap):
             or the difference of the two logits.
         """
         check_is_fitted(self)
-        from .._torch._modules_extra import BinaryFeatureModule
+        from .._torch._scaling_modules import BinaryFeatureModule
 
         a, b = (float(v) for v in self.scaled_coef_)
         return BinaryFeatureModule(

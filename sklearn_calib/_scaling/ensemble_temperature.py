@@ -20,7 +20,7 @@ from ..utils._fitted_state import (
     fail_state,
 )
 from ..utils._math import log_softmax, row_blocks, scale_logits
-from .affine import TemperatureScaling
+from .temperature import TemperatureScaling
 
 # The uniform component alone ties every class. Its weight is capped below 1
 # so that the mix always keeps the ranking of the logits (and so the argmax):
@@ -397,6 +397,6 @@ class EnsembleTemperatureScaling(BaseCalibrator):
             ``log(w_0 softmax(z / T) + w_1 softmax(z) + w_2 u)``.
         """
         check_is_fitted(self)
-        from .._torch._modules_extra import EnsembleTemperatureModule
+        from .._torch._scaling_modules import EnsembleTemperatureModule
 
         return EnsembleTemperatureModule(self.temperature_, self.weights_)

@@ -14,12 +14,8 @@ import numpy as np
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_float
 from ..utils._math import log_softmax, scale_logits
-from .affine import (
-    TemperatureScaling,
-    _AffineCalibrator,
-    _mixing_inputs,
-    mask_of,
-)
+from .affine import AffineCalibrator, mask_of, mixing_inputs
+from .temperature import TemperatureScaling
 
 
 def effective_sample_size(sample_weight):
@@ -55,13 +51,13 @@ def structured_features(logits, temperature, mix_weight, mask=None):
     return out
 
 
-class _StructuredScaling(_AffineCalibrator):
+class _StructuredScaling(AffineCalibrator):
     """Shared fit of the structured maps: temperature, mixture, penalised map."""
 
     _kind = "matrix"
 
     _parameter_constraints: dict = {
-        **_AffineCalibrator._parameter_constraints,
+        **AffineCalibrator._parameter_constraints,
         "lambda_intercept": [Interval(Real, 0, None, closed="left")],
         "lambda_diagonal": [Interval(Real, 0, None, closed="left")],
         "rho": [Interval(Real, None, None, closed="neither")],
@@ -94,11 +90,11 @@ class _StructuredScaling(_AffineCalibrator):
         # in float32 until its last, float64 iterations (as for the logits).
         features = features.astype(logits.dtype, copy=False)
         if self._kind == "matrix":
-            return _mixing_inputs(features, mask)
+            return mixing_inputs(features, mask)
         return features if mask is None else np.where(mask, 0.0, features)
 
     def _fit(self, logits, y, sample_weight):
-        from .._torch._affine import Penalty
+        from .._torch._affine_objective import Penalty
 
         temperature = TemperatureScaling(device=self.device)
         temperature._fit(logits, y, sample_weight)
@@ -167,7 +163,7 @@ class _StructuredScaling(_AffineCalibrator):
             guide).
         """
         check_is_fitted(self)
-        from .._torch._modules_extra import StructuredScalingModule
+        from .._torch._scaling_modules import StructuredScalingModule
 
         return StructuredScalingModule(
             self.temperature_,

@@ -5,12 +5,12 @@ one implementation of the mathematics:
 
 - Temperature scaling: the NLL in beta = 1/T has first and second derivatives
   that are sums over samples. Each chunk's sums come from the in-memory
-  ``_Problem.derivatives`` (its per-block kernel, unchanged), the chunks' sums
+  ``TemperatureProblem.derivatives`` (its per-block kernel, unchanged), the chunks' sums
   are added by the caller's reduction (a dask graph or a loop), and the
-  in-memory bracketed Newton iteration ``_newton`` runs on the totals: the
+  in-memory bracketed Newton iteration ``bracketed_newton`` runs on the totals: the
   same iterates as in memory, to the rounding of float64 sums.
 - SMART: mini-batch Adam, one step per chunk, with the in-memory forward and
-  backward passes (``SmartProblem``, ``_Network``, ``evaluate``).
+  backward passes (``SmartProblem``, ``SmartNetwork``, ``evaluate``).
 
 Chunks arrive as numpy arrays and leave as numpy arrays; nothing here holds
 more than one chunk.
@@ -23,28 +23,28 @@ import numpy as np
 import torch
 
 from ._smart import (
-    _ADAM_BETAS,
-    _ADAM_EPS,
+    ADAM_BETAS,
+    ADAM_EPS,
     MIN_TEMPERATURE,
+    SmartNetwork,
     SmartProblem,
-    _Network,
-    _one_cpu_thread,
-    _SoftBins,
+    SoftBins,
     evaluate,
+    one_cpu_thread,
 )
 from ._temperature import (
-    _COMFORT_SCALE,
-    _CONSTANT_SCALE,
     BETA_RANGE,
+    COMFORT_SCALE,
+    CONSTANT_SCALE,
     WARM_START_ROWS,
     TemperatureFit,
-    _beta_limits,
-    _newton,
-    _Problem,
-    _scale_by_power_of_two,
-    _scales,
-    _shift,
-    _spaced_rows,
+    TemperatureProblem,
+    beta_limits,
+    bracketed_newton,
+    logit_scales,
+    scale_by_power_of_two,
+    shift_logits,
+    spaced_rows,
 )
 
 
@@ -62,7 +62,7 @@ def spaced_row_indices(n_rows):
     the float32 ``linspace`` behind them can round past the last row of very
     large data.
     """
-    rows = _spaced_rows(n_rows, torch.device("cpu")).numpy()
+    rows = spaced_rows(n_rows, torch.device("cpu")).numpy()
     return np.unique(np.clip(rows, 0, n_rows - 1))
 
 
@@ -74,10 +74,10 @@ def _shifted(logits, exponent):
     finite and the power of two is exact (entries pushed below the dtype's
     range have probability 0 at every beta of the bracket, as in memory).
     """
-    shifted, prescale, _ = _shift(logits)
+    shifted, prescale, _ = shift_logits(logits)
     remaining = exponent - round(math.log2(prescale))
     if remaining:
-        _scale_by_power_of_two(shifted, remaining)
+        scale_by_power_of_two(shifted, remaining)
     return shifted.clamp_(min=torch.finfo(shifted.dtype).min)
 
 
@@ -95,14 +95,14 @@ def temperature_chunk_sums(logits, codes, weights, beta, exponent):
     total = float(weights.sum())
     if not total > 0:
         return np.zeros(3)
-    # _Problem normalises its weights in place: a copy, not the chunk's array.
-    problem = _Problem(_shifted(logits, exponent), codes, weights.clone())
+    # TemperatureProblem normalises its weights in place: a copy, not the chunk's array.
+    problem = TemperatureProblem(_shifted(logits, exponent), codes, weights.clone())
     first, second = problem.derivatives(beta)
     return np.array([total, first * total, second * total])
 
 
 class ChunkedTemperatureProblem:
-    """The ``derivatives(beta)`` of ``_Problem``, summed over chunks.
+    """The ``derivatives(beta)`` of ``TemperatureProblem``, summed over chunks.
 
     ``reduce(beta, exponent)`` returns the summed ``temperature_chunk_sums``.
     """
@@ -148,29 +148,29 @@ def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
     if not float(weights.max()) > 0:
         weights = torch.ones_like(weights)  # the sample only sets the scales
     weights = weights / weights.max()
-    shifted, prescale, _ = _shift(logits)
+    shifted, prescale, _ = shift_logits(logits)
     rows = torch.arange(shifted.shape[0])
-    wide, near = _scales(shifted, rows, weights)
-    if near is None or not near / prescale > _CONSTANT_SCALE:
+    wide, near = logit_scales(shifted, rows, weights)
+    if near is None or not near / prescale > CONSTANT_SCALE:
         return TemperatureFit(1.0, 0, "constant", 0.0), 0
     exponent = round(math.log2(prescale))
-    if not _COMFORT_SCALE[0] <= near <= _COMFORT_SCALE[1]:
+    if not COMFORT_SCALE[0] <= near <= COMFORT_SCALE[1]:
         extra = -round(math.log2(near))
         exponent += extra
         wide *= 2.0**extra
         near *= 2.0**extra
-    lowest, highest = _beta_limits(shifted.dtype)
+    lowest, highest = beta_limits(shifted.dtype)
     lo = max(BETA_RANGE[0] / max(wide, near), lowest)
     hi = min(BETA_RANGE[1] / near, highest)
     rtol = 1e-13 if logits.dtype == torch.float64 else 1e-10
     beta = 1.0 if lo < 1.0 < hi else (lo * hi) ** 0.5
     if n_rows > 4 * WARM_START_ROWS and float(weights.sum()) > 0:
-        sub = _Problem(_shifted(logits, exponent), codes, weights.clone())
-        warm = _newton(sub, beta, lo, hi, max_iter, rtol=1e-6)
+        sub = TemperatureProblem(_shifted(logits, exponent), codes, weights.clone())
+        warm = bracketed_newton(sub, beta, lo, hi, max_iter, rtol=1e-6)
         if warm.status == "converged":
             beta = warm.beta
     problem = ChunkedTemperatureProblem(reduce, exponent)
-    result = _newton(problem, beta, lo, hi, max_iter, rtol)
+    result = bracketed_newton(problem, beta, lo, hi, max_iter, rtol)
     result.beta *= 2.0**exponent
     return result, problem.n_passes
 
@@ -202,11 +202,11 @@ def smart_chunk_sums(
     not normalised); ``"nll"``: the weighted sum of the per-sample NLL. The
     network is rebuilt from numpy parameters, so this runs in any process.
     """
-    network = _Network(coefs, intercepts, problem.dtype, problem.device)
+    network = SmartNetwork(coefs, intercepts, problem.dtype, problem.device)
     charbonnier = loss == "charbonnier_soft_ece"
-    bins = _SoftBins(n_bins, sigma, delta, charbonnier, problem.dtype, problem.device)
+    bins = SoftBins(n_bins, sigma, delta, charbonnier, problem.dtype, problem.device)
     # One CPU thread, as the in-memory training loop: these products are small.
-    with torch.no_grad(), _one_cpu_thread(problem.device):
+    with torch.no_grad(), one_cpu_thread(problem.device):
         raw = network.forward(problem.inputs)
         beta = torch.nn.functional.softplus(raw).add_(MIN_TEMPERATURE).reciprocal_()
         total, _ = problem.confidence_terms(beta)
@@ -257,14 +257,14 @@ class SmartMiniBatchTrainer:
     ):
         # dtype: the numpy dtype of the logits (float32 or float64).
         dtype = torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
-        self.network = _Network(coefs, intercepts, dtype, device)
+        self.network = SmartNetwork(coefs, intercepts, dtype, device)
         self.loss = loss
         self.delta = delta
         self.lr = lr
         self.device = device
         self.dtype = dtype
         charbonnier = loss == "charbonnier_soft_ece"
-        self.bins = _SoftBins(n_bins, sigma, delta, charbonnier, dtype, device)
+        self.bins = SoftBins(n_bins, sigma, delta, charbonnier, dtype, device)
         params = self.network.params
         self.first_moment = torch.zeros_like(params)
         self.second_moment = torch.zeros_like(params)
@@ -275,15 +275,15 @@ class SmartMiniBatchTrainer:
 
     def step(self, problem):
         """One Adam step on the loss of ``problem``; returns that loss."""
-        with _one_cpu_thread(self.device):
+        with one_cpu_thread(self.device):
             out = torch.empty((), dtype=self.dtype, device=self.device)
             grad = evaluate(problem, self.network, self.loss, self.bins, out)
-            beta1, beta2 = _ADAM_BETAS
+            beta1, beta2 = ADAM_BETAS
             t = self.step_count + 1
             self.first_moment.lerp_(grad, 1.0 - beta1)
             self.second_moment.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
             denom = (self.second_moment.sqrt() / math.sqrt(1.0 - beta2**t)).add_(
-                _ADAM_EPS
+                ADAM_EPS
             )
             self.network.params.addcdiv_(
                 self.first_moment, denom, value=-self.lr / (1.0 - beta1**t)

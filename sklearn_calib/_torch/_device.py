@@ -50,13 +50,3 @@ def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
 def to_numpy(tensor: torch.Tensor) -> np.ndarray:
     """tensor (any device) -> numpy array owned by numpy."""
     return tensor.detach().cpu().numpy()
-
-
-def make_generator(random_state, device: torch.device) -> torch.Generator:
-    """A seeded ``torch.Generator`` from a scikit-learn ``random_state``."""
-    from sklearn.utils import check_random_state
-
-    seed = int(check_random_state(random_state).randint(0, 2**31 - 1))
-    generator = torch.Generator(device="cpu")
-    generator.manual_seed(seed)
-    return generator

@@ -36,14 +36,15 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
 MIN_TEMPERATURE = 0.1
 # torch.nn.Softplus's default: softplus(o) = o above this.
 SOFTPLUS_THRESHOLD = 20.0
 _LN2 = math.log(2.0)
 _LOG2E = 1.0 / _LN2
-_ADAM_BETAS = (0.9, 0.999)
-_ADAM_EPS = 1e-8
+ADAM_BETAS = (0.9, 0.999)
+ADAM_EPS = 1e-8
 
 
 @dataclass
@@ -119,7 +120,7 @@ def temperature_numpy(margins, coefs, intercepts):
     return np.where(out > SOFTPLUS_THRESHOLD, out, softplus) + MIN_TEMPERATURE
 
 
-class _Network:
+class SmartNetwork:
     """The temperature MLP on a flat float64 parameter vector.
 
     Layer l owns a contiguous (n_out, n_in + 1) block of the vector: its
@@ -255,7 +256,7 @@ class SmartProblem:
         return total, torch.linalg.vecdot(buffer, self.tail, dim=0)
 
 
-class _SoftBins:
+class SoftBins:
     """Soft-binned top-label calibration gap: its value and gradient in p.
 
     With the normalised Gaussian weights w_ib = softmax_b(-(p_i - c_b)^2 /
@@ -362,11 +363,11 @@ def evaluate(problem, network, loss, bins, out):
 
 def make_bins(problem, loss, n_bins, sigma, delta):
     charbonnier = loss == "charbonnier_soft_ece"
-    return _SoftBins(n_bins, sigma, delta, charbonnier, problem.dtype, problem.device)
+    return SoftBins(n_bins, sigma, delta, charbonnier, problem.dtype, problem.device)
 
 
 @contextmanager
-def _one_cpu_thread(device):
+def one_cpu_thread(device):
     """Run torch's CPU kernels on one thread, restoring the setting after.
 
     A step is about eighty operations on arrays of a few ten thousand values,
@@ -409,7 +410,7 @@ def fit_smart(
     ``early_stopping``, training stops once ``n_iter_no_change`` consecutive
     steps bring no improvement larger than ``tol`` over the best loss.
     """
-    with _one_cpu_thread(problem.device):
+    with one_cpu_thread(problem.device):
         return _fit_smart(
             problem,
             coefs,
@@ -442,7 +443,7 @@ def _fit_smart(
     tol,
 ):
     device = problem.device
-    network = _Network(coefs, intercepts, problem.dtype, device)
+    network = SmartNetwork(coefs, intercepts, problem.dtype, device)
     bins = make_bins(problem, loss, n_bins, sigma, delta)
     params = network.params
     first_moment = torch.zeros_like(params)
@@ -453,7 +454,7 @@ def _fit_smart(
     steps = torch.arange(max_iter, device=device)
     last_improvement = torch.zeros((), dtype=torch.long, device=device)
     known_last = 0
-    beta1, beta2 = _ADAM_BETAS
+    beta1, beta2 = ADAM_BETAS
     n_iter = max_iter
     slots = losses.unbind()
     for step in range(max_iter):
@@ -475,7 +476,7 @@ def _fit_smart(
         second_moment.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
         bias1 = 1.0 - beta1 ** (step + 1)
         bias2 = 1.0 - beta2 ** (step + 1)
-        denom = (second_moment.sqrt() / math.sqrt(bias2)).add_(_ADAM_EPS)
+        denom = (second_moment.sqrt() / math.sqrt(bias2)).add_(ADAM_EPS)
         params.addcdiv_(first_moment, denom, value=-lr / bias1)
     loss_curve = losses[:n_iter].to(torch.float64).cpu().numpy()
     finite = np.isfinite(loss_curve)
@@ -497,3 +498,67 @@ def _fit_smart(
         best_iter=best_iter,
         first_non_finite=None if finite.all() else int(np.argmin(finite)),
     )
+
+
+# --- the export: SMART as a frozen nn.Module ---
+
+
+class _FrozenLinear(nn.Module):
+    """``x @ weight.T + bias`` with the weights in buffers, not parameters.
+
+    A calibrator's export is fitted state: buffers are never returned by
+    ``parameters()``, so an optimizer over a parent module cannot change
+    them, and ``requires_grad_()`` on the parent cannot unfreeze them.
+    """
+
+    def __init__(self, coef, intercept):
+        super().__init__()
+        # coef is (n_in, n_out) as in MLPClassifier; nn.Linear's layout is its
+        # transpose.
+        weight = torch.as_tensor(coef, dtype=torch.float64).T.contiguous().clone()
+        self.register_buffer("weight", weight)
+        self.register_buffer(
+            "bias", torch.as_tensor(intercept, dtype=torch.float64).clone()
+        )
+
+    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+        return nn.functional.linear(inputs, self.weight, self.bias)
+
+
+class SmartModule(nn.Module):
+    """Maps logits to calibrated log-probabilities: log_softmax(z / T(m)).
+
+    ``m`` is the gap between the two largest logits, standardised with the
+    calibration statistics, and T(m) = softplus(MLP(m)) + 0.1 (SMART). The
+    network computes in the dtype of its buffers (float64 unless converted);
+    like every export, it holds buffers only and no trainable parameter. A
+    single score column ``s`` is read as the logits (0, s). ``-inf`` logits
+    (masked classes) get log-probability ``-inf``.
+    """
+
+    def __init__(self, margin_mean: float, margin_std: float, coefs, intercepts):
+        super().__init__()
+        for name, value in (("margin_mean", margin_mean), ("margin_std", margin_std)):
+            self.register_buffer(name, torch.tensor(value, dtype=torch.float64))
+        layers: list[nn.Module] = []
+        for index, (coef, intercept) in enumerate(zip(coefs, intercepts, strict=True)):
+            layers.append(_FrozenLinear(coef, intercept))
+            if index < len(coefs) - 1:
+                layers.append(nn.ReLU())
+        self.network = nn.Sequential(*layers)
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        if logits.shape[-1] == 1:
+            logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
+        dtype = self.margin_mean.dtype
+        top2 = torch.topk(logits, 2, dim=-1).values.to(dtype)
+        margin = (top2[..., 0] - top2[..., 1] - self.margin_mean) / self.margin_std
+        # A single finite logit (the rest masked with -inf) gives an infinite
+        # margin; the row is one-hot at any temperature, which is taken at the
+        # mean margin (as predict_proba does) instead of the network's limit.
+        margin = torch.where(torch.isfinite(margin), margin, torch.zeros_like(margin))
+        raw = self.network(margin.unsqueeze(-1)).squeeze(-1)
+        temperature = nn.functional.softplus(raw) + 0.1
+        scale = temperature.reciprocal().to(logits.dtype)
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        return torch.log_softmax(shifted * scale.unsqueeze(-1), dim=-1)

@@ -34,11 +34,11 @@ _CUDA_BLOCK_ELEMENTS = 2**27
 # Runner-up gaps in this range are solved as given; others are first brought
 # to about 1 by an exact power-of-two scaling of the shifted logits, so that
 # beta stays well inside the range where the derivatives are representable.
-_COMFORT_SCALE = (2.0**-16, 2.0**16)
+COMFORT_SCALE = (2.0**-16, 2.0**16)
 # Below this scale (about 1e-289) the logits are constant for all purposes: the
 # temperature that would make them matter, ~scale, has no finite inverse 1/T
 # to multiply them by.
-_CONSTANT_SCALE = 2.0**-960
+CONSTANT_SCALE = 2.0**-960
 # The shift z - max z keeps every gap below the dtype's largest value times
 # 2^-HEADROOM (logits of larger magnitude are first scaled by a power of two),
 # so that gaps never overflow and float64 sums of gaps over a row stay finite.
@@ -53,7 +53,7 @@ class TemperatureFit:
     gradient: float
 
 
-def _spaced_rows(n_rows, device):
+def spaced_rows(n_rows, device):
     """Up to WARM_START_ROWS evenly spaced row indices (all rows when fewer).
 
     Row i of the sample is round(i (n_rows - 1) / (WARM_START_ROWS - 1)),
@@ -72,7 +72,7 @@ def _max_exponent(dtype):
     return math.frexp(torch.finfo(dtype).max)[1]
 
 
-def _beta_limits(dtype):
+def beta_limits(dtype):
     """Range of beta (on logits of unit scale) where the derivatives are finite.
 
     A row's terms exp(beta d) d^2 peak at 4 / (e beta)^2: beta above
@@ -84,7 +84,7 @@ def _beta_limits(dtype):
     return 2.0**-bits, 2.0**bits
 
 
-def _scale_by_power_of_two(tensor, exponent):
+def scale_by_power_of_two(tensor, exponent):
     """``tensor *= 2**exponent`` in place, in factors the dtype can represent.
 
     Scaling by a power of two is exact (short of underflow to 0 or overflow to
@@ -115,7 +115,7 @@ def _block_rows(tensor):
     return max(1, limit // max(1, tensor.shape[1]))
 
 
-def _shift(logits):
+def shift_logits(logits):
     """Shifted logits ``c (z - max z)``, the power of two ``c``, any masked entry.
 
     ``c = 1`` unless some row's gap between its largest and smallest finite
@@ -151,7 +151,7 @@ def _weighted_median(values, weights):
     return float(values[order][min(index, values.shape[0] - 1)])
 
 
-def _scales(shifted, rows, weights):
+def logit_scales(shifted, rows, weights):
     """The logits' own scales on the given rows, in float64: ``(wide, near)``.
 
     ``wide`` is the weighted mean, over rows with at least two finite logits,
@@ -184,7 +184,7 @@ def _scales(shifted, rows, weights):
     return wide_sum / wide_weight, near
 
 
-class _Problem:
+class TemperatureProblem:
     """Shifted logits, labels and weights, with the per-block pass of one Newton step.
 
     ``shifted`` holds d = z - max z (at most 0, finite: masked entries at the
@@ -239,7 +239,7 @@ def _newton_candidate(beta, g, h):
     )
 
 
-def _newton(problem, beta, lo, hi, max_iter, rtol):
+def bracketed_newton(problem, beta, lo, hi, max_iter, rtol):
     """Bracketed Newton iteration for L'(beta) = 0 on [lo, hi].
 
     ``lo``/``hi`` start at the allowed range; their derivative signs are
@@ -326,31 +326,33 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     # normalised in place from here on.
     weights = weights.to(torch.float64, copy=True)
     weights.div_(weights.max())
-    shifted, prescale, masked = _shift(logits)
+    shifted, prescale, masked = shift_logits(logits)
 
     # The scales only set the bracket of beta: evenly spaced rows of positive
     # weight suffice, unless none of them has a runner-up logit.
     n_rows = logits.shape[0]
     if bool((weights > 0).all()):
         positive = None
-        sample = _spaced_rows(n_rows, weights.device)
+        sample = spaced_rows(n_rows, weights.device)
     else:
         positive = torch.nonzero(weights > 0).view(-1)
-        sample = positive[_spaced_rows(positive.shape[0], positive.device)]
-    wide, near = _scales(shifted, sample, weights)
+        sample = positive[spaced_rows(positive.shape[0], positive.device)]
+    wide, near = logit_scales(shifted, sample, weights)
     if near is None and sample.shape[0] < n_rows:
         every = torch.arange(n_rows, device=weights.device)
-        wide, near = _scales(shifted, every if positive is None else positive, weights)
-    if near is None or not near / prescale > _CONSTANT_SCALE:
+        wide, near = logit_scales(
+            shifted, every if positive is None else positive, weights
+        )
+    if near is None or not near / prescale > CONSTANT_SCALE:
         return TemperatureFit(1.0, 0, "constant", 0.0)
 
     exponent = 0
-    if not _COMFORT_SCALE[0] <= near <= _COMFORT_SCALE[1]:
+    if not COMFORT_SCALE[0] <= near <= COMFORT_SCALE[1]:
         # Runner-up gaps of ~1e-285 (or ~1e280) would make beta d and d^2
         # underflow or overflow in the derivatives. Scaling them by a power of
         # two is exact, and softmax(beta z) = softmax((beta / c) (c z)).
         exponent = -round(math.log2(near))
-        _scale_by_power_of_two(shifted, exponent)
+        scale_by_power_of_two(shifted, exponent)
         wide *= 2.0**exponent
         near *= 2.0**exponent
     if masked or exponent > 0:
@@ -358,9 +360,9 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
         # lowest finite value: exp(beta d) is still exactly 0 at every beta of
         # the bracket, and d exp(beta d) is 0 instead of NaN.
         shifted.clamp_(min=torch.finfo(shifted.dtype).min)
-    problem = _Problem(shifted, y, weights)
+    problem = TemperatureProblem(shifted, y, weights)
 
-    lowest, highest = _beta_limits(shifted.dtype)
+    lowest, highest = beta_limits(shifted.dtype)
     lo = max(BETA_RANGE[0] / max(wide, near), lowest)
     hi = min(BETA_RANGE[1] / near, highest)
     rtol = 1e-13 if logits.dtype == torch.float64 else 1e-10
@@ -369,11 +371,11 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     if n_rows > 4 * WARM_START_ROWS:
         # A solve on evenly spaced rows lands within a few percent of the
         # optimum, so the full data needs only the last quadratic steps.
-        sub = _Problem(shifted[sample], y[sample], weights[sample])
-        warm = _newton(sub, beta, lo, hi, max_iter, rtol=1e-6)
+        sub = TemperatureProblem(shifted[sample], y[sample], weights[sample])
+        warm = bracketed_newton(sub, beta, lo, hi, max_iter, rtol=1e-6)
         if warm.status == "converged":
             beta = warm.beta
         del sub
-    result = _newton(problem, beta, lo, hi, max_iter, rtol)
+    result = bracketed_newton(problem, beta, lo, hi, max_iter, rtol)
     result.beta *= 2.0**exponent * prescale
     return result

@@ -16,14 +16,14 @@ import sys
 import threading
 import time
 import warnings
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
+from ..utils._npy_files import npz_keys
 from . import _methods
 from ._common import CommandError, first_line, warning_lines
-from ._io import LABEL_KEYS
+from ._io import LABEL_KEYS, label_key, refuse_both
 from ._tables import COLUMNS, Progress
 
 # What ``report`` cannot compute over chunks, said in its output.
@@ -67,26 +67,14 @@ def array_names(path):
     npz = sorted(p for p in path.iterdir() if p.suffix.lower() == ".npz")
     if npz:
         try:
-            with zipfile.ZipFile(npz[0]) as archive:
-                members = archive.namelist()
-        except zipfile.BadZipFile as exc:
-            raise CommandError(f"{npz[0]}: not a .npz archive") from exc
-        return {m[: -len(".npy")] for m in members if m.endswith(".npy")}
+            return set(npz_keys(npz[0]))
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
     return {
         re.sub(r"[_-]?\d+$", "", p.stem)
         for p in path.iterdir()
         if p.suffix.lower() == ".npy"
     }
-
-
-def _label_key(names, path):
-    found = [key for key in LABEL_KEYS if key in names]
-    if len(found) > 1:
-        raise CommandError(
-            f"{path}: ambiguous labels: the arrays {', '.join(found)} could each be "
-            "the labels; keep one"
-        )
-    return found[0] if found else None
 
 
 def _found(path, names):
@@ -115,24 +103,16 @@ def _open(path, logits_key, y_key, progress, weight_key="sample_weight"):
         raise CommandError(f"{path}: cannot be read ({first_line(exc)})") from exc
 
 
-def _refuse_both(names, path, first, second, what):
-    if first in names and second in names:
-        raise CommandError(
-            f"{path}: holds both {first} and {second}; which {what} is ambiguous "
-            "(keep one)"
-        )
-
-
 def open_fit_data(path, progress=None):
     """Labelled chunks to fit on: ``logits`` with labels, else the val split."""
     names = array_names(path)
-    _refuse_both(names, path, "logits", "logits_val", "logits to fit on")
+    refuse_both(names, path, "logits", "logits_val", "logits to fit on")
     if "logits_val" in names:
         if "y_val" not in names:
             raise CommandError(f"{path}: logits_val has no y_val beside it")
         return _open(path, "logits_val", "y_val", progress, "sample_weight_val")
     if "logits" in names:
-        y_key = _label_key(names, path)
+        y_key = label_key(names, path, kind="arrays")
         if y_key is None:
             raise CommandError(
                 f"{path}: no labels; store them beside the logits under the name "
@@ -145,7 +125,7 @@ def open_fit_data(path, progress=None):
 def open_apply_data(path, progress=None):
     """Chunks of logits to calibrate: ``logits``, else ``logits_test``."""
     names = array_names(path)
-    _refuse_both(names, path, "logits", "logits_test", "logits to calibrate")
+    refuse_both(names, path, "logits", "logits_test", "logits to calibrate")
     for key in ("logits", "logits_test"):
         if key in names:
             return _open(path, key, None, progress)

@@ -6,11 +6,14 @@ writes nothing; then reads only the arrays it needs, does its work through
 the public API, and writes its files atomically.
 """
 
+import contextlib
 import json
 import sys
 import time
 import warnings
 from pathlib import Path
+
+import numpy as np
 
 from . import _chunked
 from ._common import EXIT_OK, CommandError, first_line, warning_lines
@@ -45,6 +48,7 @@ from ._methods import (
 )
 from ._plots import reliability_png, require_matplotlib, slug
 from ._tables import SET_LEVELS, SET_SCORES, Progress, csv_table, format_report
+from ._validation import validation_rows
 
 # What a calibrator may raise on extreme but valid data, besides the
 # ValueError/TypeError with which the library names bad input: overflow and
@@ -123,6 +127,28 @@ def run_fit(args, out=None):
     return EXIT_OK
 
 
+def _load_for_apply(args):
+    """The saved calibrator, on ``--device`` when given and it has one."""
+    calibrator = load_calibrator(args.calibrator)
+    if args.device is not None and "device" in calibrator.get_params():
+        calibrator.set_params(device=args.device)
+    return calibrator
+
+
+@contextlib.contextmanager
+def _calibration_failures(calibrator, logits_path):
+    """A calibrator's failure on the logits of ``logits_path`` as one line."""
+    try:
+        yield
+    except ValueError as exc:
+        raise CommandError(f"{logits_path}: {first_line(exc)}") from exc
+    except _NUMERIC_FAILURES as exc:
+        raise CommandError(
+            f"{logits_path}: {type(calibrator).__name__} failed to calibrate "
+            f"({failure_reason(exc)})"
+        ) from exc
+
+
 def run_apply(args, out=None):
     """``apply``: calibrate a file's logits with a saved calibrator."""
     out = out if out is not None else sys.stdout
@@ -137,19 +163,10 @@ def run_apply(args, out=None):
     output = check_output(
         output, inputs=(args.calibrator, args.logits), overwrite=args.overwrite
     )
-    calibrator = load_calibrator(args.calibrator)
+    calibrator = _load_for_apply(args)
     logits = read_logits_only(args.logits)
-    if args.device is not None and "device" in calibrator.get_params():
-        calibrator.set_params(device=args.device)
-    try:
+    with _calibration_failures(calibrator, args.logits):
         proba = calibrator.predict_proba(logits)
-    except ValueError as exc:
-        raise CommandError(f"{args.logits}: {first_line(exc)}") from exc
-    except _NUMERIC_FAILURES as exc:
-        raise CommandError(
-            f"{args.logits}: {type(calibrator).__name__} failed to calibrate "
-            f"({failure_reason(exc)})"
-        ) from exc
     write_proba(output, proba, calibrator.classes_)
     print(
         f"{type(calibrator).__name__}: wrote {proba.shape[0]} x {proba.shape[1]} "
@@ -172,22 +189,16 @@ def _apply_chunks(args, output, out):
         output, inputs=(args.calibrator, args.logits), overwrite=args.overwrite
     )
     _chunked.check_not_inside(output, [args.logits])
-    calibrator = load_calibrator(args.calibrator)
-    if args.device is not None and "device" in calibrator.get_params():
-        calibrator.set_params(device=args.device)
+    calibrator = _load_for_apply(args)
     progress = _chunked.ChunkProgress()
     data = _chunked.open_apply_data(args.logits, progress.callback("data"))
     progress.set_stage("calibrating")
     try:
-        with atomic_path(output) as temporary:
+        with (
+            _calibration_failures(calibrator, args.logits),
+            atomic_path(output) as temporary,
+        ):
             apply_chunks(calibrator, data, temporary)
-    except ValueError as exc:
-        raise CommandError(f"{args.logits}: {first_line(exc)}") from exc
-    except _NUMERIC_FAILURES as exc:
-        raise CommandError(
-            f"{args.logits}: {type(calibrator).__name__} failed to calibrate "
-            f"({failure_reason(exc)})"
-        ) from exc
     finally:
         progress.close()
     print(
@@ -306,9 +317,9 @@ def run_report(args, out=None):
             "note": "",
         }
     ]
-    # Import torch now, so that the first torch-backed method's fit time does
-    # not include loading it.
-    import torch  # noqa: F401
+    # Import torch now (through the torch layer, its only importer), so that
+    # the first torch-backed method's fit time does not include loading it.
+    from .._torch import _device  # noqa: F401
 
     probabilities = {"Uncalibrated": raw}
     progress = Progress(len(methods))
@@ -355,6 +366,9 @@ def run_report(args, out=None):
             "scored samples"
         ),
     }
+    if len(classes) == 2 and 0 < np.count_nonzero(y_eval) < len(y_eval):
+        # Binary data: the clinical validation statistics of each method.
+        report["validation"] = validation_rows(y_eval, probabilities)
     out.write(format_report(report, args.format, stream=out))
     if args.out is not None:
         written = write_report_files(
@@ -400,8 +414,8 @@ def _report_chunks(args, out):
                 "note": "",
             }
         ]
-        # Loaded now, so that no method's fit time includes it.
-        import torch  # noqa: F401
+        # torch loaded now, so that no method's fit time includes it.
+        from .._torch import _device  # noqa: F401
 
         for name, cls in methods:
             progress.set_stage(name)

@@ -32,13 +32,3 @@ def warning_lines(caught):
         text if count == 1 else f"{text} (and {count - 1} more like it)"
         for text, count in kinds.values()
     ]
-
-
-def describe_size(n_bytes):
-    """``1234567`` -> ``'1.2 MB'``: a byte count as people read it."""
-    value = float(n_bytes)
-    for unit in ("bytes", "kB", "MB", "GB", "TB", "PB"):
-        if value < 1000 or unit == "PB":
-            break
-        value /= 1000
-    return f"{int(value)} bytes" if unit == "bytes" else f"{value:.1f} {unit}"

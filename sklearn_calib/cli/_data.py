@@ -13,7 +13,15 @@ import numpy as np
 
 from ..utils._validation import as_float_2d
 from ._common import CommandError
-from ._io import LABEL_KEYS, SPLIT_KEYS, check_input_path, label_column, read_arrays
+from ._io import (
+    LABEL_KEYS,
+    SPLIT_KEYS,
+    check_input_path,
+    label_column,
+    label_key,
+    read_arrays,
+    refuse_both,
+)
 from ._io import read_table as _read_table
 
 
@@ -78,25 +86,6 @@ def as_labels(array, where, n_samples):
     return array
 
 
-def label_key(arrays, path):
-    """The key of the labels among ``arrays`` (y, labels or label), or None."""
-    found = [key for key in LABEL_KEYS if key in arrays]
-    if len(found) > 1:
-        raise CommandError(
-            f"{path}: ambiguous labels: the keys {', '.join(found)} could each be "
-            "the labels; keep one"
-        )
-    return found[0] if found else None
-
-
-def _refuse_both(arrays, path, first, second, what):
-    if first in arrays and second in arrays:
-        raise CommandError(
-            f"{path}: holds both {first} and {second}; which {what} is ambiguous "
-            "(keep one)"
-        )
-
-
 def read_labels(path):
     """Read a labels file: a 1-D array, or a table/archive with a label column."""
     path = check_input_path(path)
@@ -144,7 +133,7 @@ def read_splits(path, labels_path=None, *, need_labels=True):
     """
     arrays = read_arrays(path)
     labels = read_labels(labels_path) if labels_path is not None else None
-    _refuse_both(arrays, path, "logits", "logits_val", "logits to fit on")
+    refuse_both(arrays, path, "logits", "logits_val", "logits to fit on")
     splits = {}
     if "logits_val" in arrays:
         if labels is not None:
@@ -200,7 +189,7 @@ def read_splits(path, labels_path=None, *, need_labels=True):
 def read_logits_only(path):
     """Logits to calibrate: ``logits``, else ``logits_test``, else a bare array."""
     arrays = read_arrays(path)
-    _refuse_both(arrays, Path(path), "logits", "logits_test", "logits to calibrate")
+    refuse_both(arrays, Path(path), "logits", "logits_test", "logits to calibrate")
     for key in ("logits", "logits_test"):
         if key in arrays:
             return as_logits(arrays[key], f"{path} [{key}]")

@@ -13,6 +13,7 @@ from ._tables import (
     set_headers,
     set_rows,
 )
+from ._validation import validation_html
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1100px;
@@ -86,6 +87,7 @@ def html_report(report, images, description):
         "negative log-likelihood; Brier: multiclass Brier score; lower is "
         "better for all five. Best values in bold.</p>"
         f"{'<ul>' + listed + '</ul>' if listed else ''}{sets}"
+        f"{validation_html(report)}"
         f'<h2>Reliability diagrams</h2><div class="figures">{figures}</div>'
         f"{descr}<p><small>sklearn-calib {html.escape(__version__)}</small></p>"
         "</body></html>\n"

@@ -1,13 +1,13 @@
 """Reading and writing the command line's files, trusting none of them.
 
 Nothing read is ever unpickled. ``.npy`` files and the members of ``.npz``
-archives are parsed here: the header first, then its dtype (numbers, booleans
-or strings; never objects) and its declared size against the bytes actually
-present, and only then is memory allocated and the data read, exactly the
-declared number of bytes. A damaged or crafted file thus ends in a message
-naming what is wrong instead of a misleading one, a huge allocation or an
-archive member inflating without bound. An ``.npz`` is read lazily: a command
-loads only the members it uses. ``.pt`` goes through
+archives are read by :mod:`sklearn_calib.utils._npy_files`: the header first,
+then its dtype (numbers, booleans or strings; never objects) and its declared
+size against the bytes actually present, and only then is memory allocated and
+the data read, exactly the declared number of bytes. A damaged or crafted file
+thus ends in a message naming what is wrong instead of a misleading one, a
+huge allocation or an archive member inflating without bound. An ``.npz`` is
+read lazily: a command loads only the members it uses. ``.pt`` goes through
 ``torch.load(weights_only=True)`` and tables through pandas.
 
 Outputs are written to a temporary file beside the target and renamed over it
@@ -16,7 +16,6 @@ replace an input file, nor an existing file unless ``--overwrite`` is given.
 """
 
 import contextlib
-import math
 import os
 import tempfile
 import zipfile
@@ -26,7 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._common import CommandError, describe_size, first_line
+from ..utils import _npy_files
+from ..utils._validation import is_torch_tensor, to_numpy
+from ._common import CommandError, first_line
 
 SUFFIXES = (".npy", ".npz", ".csv", ".parquet", ".pt")
 OUTPUT_SUFFIXES = (".npy", ".npz", ".csv")
@@ -34,15 +35,28 @@ OUTPUT_SUFFIXES = (".npy", ".npz", ".csv")
 LABEL_KEYS = ("y", "labels", "label")
 SPLIT_KEYS = {"val": ("logits_val", "y_val"), "test": ("logits_test", "y_test")}
 
-# numpy's own default limit on the header of a .npy file it reads.
-_MAX_HEADER_SIZE = 10_000
-# Deflate codes a match of at most 258 bytes in no fewer than 2 bits, so an
-# honest deflated member expands at most 1032-fold (plus block headers); an
-# archive claiming more lies about its sizes.
-_MAX_DEFLATE_RATIO = 1032
-_DEFLATE_SLACK = 4096
-# Bytes read per call: keeps the temporaries of a decompressing read small.
-_READ_CHUNK = 1 << 24
+
+def label_key(names, path, *, kind="keys"):
+    """Which of ``names`` (a file's keys, a folder's arrays) holds the labels.
+
+    One of ``LABEL_KEYS``, or None; two of them are ambiguous.
+    """
+    found = [key for key in LABEL_KEYS if key in names]
+    if len(found) > 1:
+        raise CommandError(
+            f"{path}: ambiguous labels: the {kind} {', '.join(found)} could each "
+            "be the labels; keep one"
+        )
+    return found[0] if found else None
+
+
+def refuse_both(names, path, first, second, what):
+    """Refuse ``names`` holding both ``first`` and ``second`` (e.g. two logits)."""
+    if first in names and second in names:
+        raise CommandError(
+            f"{path}: holds both {first} and {second}; which {what} is ambiguous "
+            "(keep one)"
+        )
 
 
 def check_input_path(path):
@@ -65,146 +79,28 @@ def check_input_path(path):
 # --------------------------------------------------------------------------
 
 
-def _shape_text(shape):
-    return str(tuple(int(d) for d in shape))
-
-
-def _read_npy_header(fp, size, where, *, in_archive=False):
-    """Parse and check a .npy header; returns ``(dtype, shape, fortran_order)``.
-
-    ``fp`` is positioned at the start of the .npy stream, which holds
-    ``size`` bytes; on return it is positioned at the start of the data.
-    """
-    from numpy.lib import format as npy_format
-
-    if size < len(npy_format.MAGIC_PREFIX) + 4:
-        raise CommandError(
-            f"{where}: too short to be a .npy array ({size} bytes); it is empty "
-            "or truncated"
-        )
-    try:
-        version = npy_format.read_magic(fp)
-    except ValueError as exc:
-        raise CommandError(
-            f"{where}: not a .npy array: it does not start with NumPy's magic "
-            "string (write arrays with numpy.save)"
-        ) from exc
-    readers = {
-        (1, 0): npy_format.read_array_header_1_0,
-        (2, 0): npy_format.read_array_header_2_0,
-    }
-    if version not in readers:
-        raise CommandError(
-            f"{where}: .npy format version {version[0]}.{version[1]} is not read; "
-            "numpy writes numeric arrays in versions 1.0 and 2.0"
-        )
-    try:
-        shape, fortran_order, dtype = readers[version](
-            fp, max_header_size=_MAX_HEADER_SIZE
-        )
-    except (ValueError, SyntaxError, TypeError) as exc:
-        raise CommandError(f"{where}: damaged .npy header ({first_line(exc)})") from exc
-    if dtype.hasobject:
-        raise CommandError(
-            f"{where}: holds an object array (pickled Python objects), which is "
-            "never loaded; save a numeric array instead"
-        )
-    if dtype.names is not None or dtype.subdtype is not None or dtype.kind == "V":
-        raise CommandError(
-            f"{where}: holds a structured array (dtype {dtype}); save a plain "
-            "numeric array instead"
-        )
-    if dtype.itemsize == 0 or any(d < 0 for d in shape):
-        raise CommandError(
-            f"{where}: damaged .npy header (shape {_shape_text(shape)}, dtype "
-            f"{dtype.str})"
-        )
-    # Python integers: the product of a crafted shape cannot overflow.
-    n_bytes = math.prod(shape) * dtype.itemsize
-    present = size - fp.tell()
-    declared = f"shape {_shape_text(shape)} of {dtype.name}, {n_bytes:,} bytes of data"
-    if n_bytes > present:
-        raise CommandError(
-            f"{where}: truncated or damaged: its header declares {declared}, but "
-            f"only {present:,} bytes follow the header"
-        )
-    if n_bytes < present:
-        raise CommandError(
-            f"{where}: {present - n_bytes:,} unexpected bytes follow the data its "
-            f"header declares ({declared}); "
-            + (
-                "a damaged or crafted archive"
-                if in_archive
-                else "several arrays saved into one file, or a damaged file"
-            )
-        )
-    return dtype, shape, fortran_order
-
-
-def _read_npy_data(fp, dtype, shape, fortran_order, where):
-    """Read the data of a checked header: exactly the declared bytes."""
-    n_items = math.prod(shape)
-    try:
-        flat = np.empty(n_items, dtype=dtype)
-    except (MemoryError, ValueError) as exc:
-        raise CommandError(
-            f"{where}: an array of shape {_shape_text(shape)} of {dtype.name} needs "
-            f"{describe_size(n_items * dtype.itemsize)} of memory, more than is "
-            "available"
-        ) from exc
-    view = memoryview(flat.view(np.uint8)) if n_items else memoryview(b"")
-    done = 0
-    while done < len(view):
-        count = fp.readinto(view[done : done + _READ_CHUNK])
-        if not count:
-            raise CommandError(
-                f"{where}: truncated: the data end after {done:,} of the "
-                f"{len(view):,} bytes its header declares"
-            )
-        done += count
-    if fortran_order:
-        return flat.reshape(shape[::-1]).transpose()
-    return flat.reshape(shape)
-
-
 def read_npy(path):
     """The array of a .npy file, checked before any allocation."""
-    where = str(path)
-    with open(path, "rb") as fp:
-        header = _read_npy_header(fp, os.fstat(fp.fileno()).st_size, where)
-        return _read_npy_data(fp, *header, where)
+    try:
+        return _npy_files.read_npy(path)
+    except (ValueError, MemoryError) as exc:
+        raise CommandError(str(exc)) from exc
 
 
 class NpzArrays(Mapping):
     """The arrays of an ``.npz`` archive, each read and checked on first use.
 
-    Opening lists the members; ``archive[key]`` reads one. A member is
-    refused before decompression when the archive's own sizes are
-    impossible, and after its header when the header disagrees with them,
-    so that no member inflates beyond its declared shape.
+    Opening lists the members; ``archive[key]`` reads one, with the checks of
+    :func:`sklearn_calib.utils._npy_files.read_npz_member`: no member inflates
+    beyond its declared shape.
     """
 
     def __init__(self, path):
         self.path = Path(path)
         try:
-            with zipfile.ZipFile(self.path) as archive:
-                names = [
-                    info.filename
-                    for info in archive.infolist()
-                    if info.filename.endswith(".npy")
-                ]
-        except zipfile.BadZipFile as exc:
-            raise CommandError(
-                f"{self.path}: not a .npz archive ({first_line(exc)}); write one "
-                "with numpy.savez"
-            ) from exc
-        repeated = sorted({n for n in names if names.count(n) > 1})
-        if repeated:
-            raise CommandError(
-                f"{self.path}: the archive holds several members named "
-                f"{', '.join(repeated)}; which to read is ambiguous"
-            )
-        self._keys = [name[: -len(".npy")] for name in names]
+            self._keys = _npy_files.npz_keys(self.path)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
         self._cache = {}
 
     def __iter__(self):
@@ -226,14 +122,9 @@ class NpzArrays(Mapping):
     def _read(self, key):
         where = f"{self.path} [{key}]"
         try:
-            with zipfile.ZipFile(self.path) as archive:
-                info = archive.getinfo(f"{key}.npy")
-                _check_member_sizes(info, where)
-                with archive.open(info) as fp:
-                    header = _read_npy_header(
-                        fp, info.file_size, where, in_archive=True
-                    )
-                    return _read_npy_data(fp, *header, where)
+            return _npy_files.read_npz_member(self.path, key)
+        except (ValueError, MemoryError) as exc:
+            raise CommandError(str(exc)) from exc
         except (zipfile.BadZipFile, zlib.error, EOFError) as exc:
             raise CommandError(
                 f"{where}: damaged archive member ({type(exc).__name__}: "
@@ -243,31 +134,6 @@ class NpzArrays(Mapping):
             raise CommandError(f"{where}: cannot be read ({exc})") from exc
 
 
-def _check_member_sizes(info, where):
-    """Refuse a member whose stated sizes no honest archive can have."""
-    if info.flag_bits & 0x1:
-        raise CommandError(f"{where}: the member is encrypted")
-    if info.compress_type == zipfile.ZIP_STORED:
-        if info.compress_size != info.file_size:
-            raise CommandError(
-                f"{where}: damaged archive: a stored member of {info.file_size:,} "
-                f"bytes occupies {info.compress_size:,}"
-            )
-    elif info.compress_type == zipfile.ZIP_DEFLATED:
-        if info.file_size > _MAX_DEFLATE_RATIO * info.compress_size + _DEFLATE_SLACK:
-            raise CommandError(
-                f"{where}: the archive says this member expands from "
-                f"{info.compress_size:,} to {info.file_size:,} bytes, more than "
-                f"deflate can (at most {_MAX_DEFLATE_RATIO}-fold): a damaged or "
-                "crafted file"
-            )
-    else:
-        raise CommandError(
-            f"{where}: compressed with zip method {info.compress_type}; numpy "
-            "writes stored or deflated members only"
-        )
-
-
 # --------------------------------------------------------------------------
 # .pt and tables
 # --------------------------------------------------------------------------
@@ -275,12 +141,10 @@ def _check_member_sizes(info, where):
 
 def read_pt(path):
     """The tensors of a .pt file, loaded with ``weights_only=True``."""
+    from .._torch._files import load_weights_only
+
     try:
-        import torch
-    except ImportError as exc:  # torch is a dependency, but be explicit
-        raise CommandError(f"{path}: reading .pt files needs torch") from exc
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
+        content = load_weights_only(path)
     except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
         raise CommandError(
             f"{path}: cannot be read with torch.load(weights_only=True), which "
@@ -289,13 +153,9 @@ def read_pt(path):
         ) from exc
 
     def to_array(value, key):
-        if isinstance(value, torch.Tensor):
-            value = value.detach()
-            if value.dtype in (torch.float16, torch.bfloat16):
-                value = value.float()
-            return value.cpu().numpy()
-        if isinstance(value, np.ndarray):
-            return value
+        if is_torch_tensor(value) or isinstance(value, np.ndarray):
+            # float16 and bfloat16 become float32, as everywhere else.
+            return to_numpy(value)
         raise CommandError(
             f"{path}: {key} is a {type(value).__name__}, expected a tensor"
         )
@@ -486,30 +346,12 @@ def _umask():
 def atomic_writer(path):
     """A binary file that becomes ``path`` only once written completely.
 
-    The data go to a temporary file in the same folder, renamed over
-    ``path`` at the end; on any error the temporary file is removed and
-    ``path`` is left as it was.
+    The data go to a temporary file in the same folder (:func:`atomic_path`),
+    renamed over ``path`` at the end; on any error the temporary file is
+    removed and ``path`` is left as it was.
     """
-    path = Path(path)
-    try:
-        fd, temporary = tempfile.mkstemp(
-            dir=path.parent, prefix=f".{path.name}.", suffix=".part"
-        )
-    except OSError as exc:
-        raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-        # mkstemp creates the file readable by its owner only; give it the
-        # permissions any new file of the user gets.
-        os.chmod(temporary, 0o666 & ~_umask())
-        os.replace(temporary, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        if isinstance(exc, OSError):
-            raise CommandError(f"{path}: cannot write ({exc.strerror or exc})") from exc
-        raise
+    with atomic_path(path) as temporary, open(temporary, "wb") as handle:
+        yield handle
 
 
 @contextlib.contextmanager
@@ -529,6 +371,8 @@ def atomic_path(path):
     os.close(fd)
     try:
         yield Path(temporary)
+        # mkstemp creates the file readable by its owner only; give it the
+        # permissions any new file of the user gets.
         os.chmod(temporary, 0o666 & ~_umask())
         os.replace(temporary, path)
     except BaseException as exc:

@@ -6,6 +6,8 @@ import json
 import os
 import sys
 
+from ._validation import validation_text
+
 # (key, table header, percent?) in display order.
 COLUMNS = (
     ("ece", "ECE %", True),
@@ -192,6 +194,7 @@ def _text_table(report, *, pretty):
             + [""]
             + notes(report)
             + _set_section(report, markdown=False)
+            + validation_text(report)
         )
         + "\n"
     )

@@ -18,9 +18,11 @@ losses.
 """
 
 from ._accumulators import BinnedCalibrationAccumulator, ProperScoreAccumulator
+from ._bin_statistics import BrierDecomposition, CalibrationCurve
+from ._binomial import binomial_interval
 from ._bootstrap import BootstrapInterval, bootstrap_interval
 from ._calibration import (
-    CalibrationCurve,
+    CalibrationCurveInterval,
     adaptive_calibration_error,
     calibration_curve,
     classwise_calibration_error,
@@ -29,11 +31,20 @@ from ._calibration import (
     rms_calibration_error,
 )
 from ._chunked import chunked_calibration_report, equal_mass_bin_edges
+from ._debiased import debiased_calibration_error
 from ._proper import (
-    BrierDecomposition,
     brier_score,
     brier_score_decomposition,
     log_loss,
+)
+from ._recalibration import (
+    CalibrationTest,
+    HosmerLemeshowTest,
+    LogisticCalibration,
+    cox_calibration_test,
+    hosmer_lemeshow_test,
+    logistic_calibration,
+    spiegelhalter_test,
 )
 from ._report import calibration_report
 from ._scorer import (
@@ -43,6 +54,7 @@ from ._scorer import (
     neg_adaptive_calibration_error,
     neg_aurc,
     neg_classwise_calibration_error,
+    neg_debiased_calibration_error,
     neg_excess_aurc,
     neg_expected_calibration_error,
     neg_log_loss,
@@ -63,15 +75,24 @@ from ._sets import (
     worst_class_coverage,
 )
 from ._smooth import smooth_calibration_error
+from ._smooth_curve import FlexibleCalibrationCurve, flexible_calibration_curve
+from ._validation_report import ValidationReport, validation_report
 
 __all__ = [
     "BinnedCalibrationAccumulator",
     "BootstrapInterval",
     "BrierDecomposition",
     "CalibrationCurve",
+    "CalibrationCurveInterval",
+    "CalibrationTest",
+    "FlexibleCalibrationCurve",
+    "HosmerLemeshowTest",
+    "LogisticCalibration",
+    "ValidationReport",
     "ProperScoreAccumulator",
     "SetSizeCoverage",
     "adaptive_calibration_error",
+    "binomial_interval",
     "bootstrap_interval",
     "brier_score",
     "brier_score_decomposition",
@@ -80,17 +101,23 @@ __all__ = [
     "chunked_calibration_report",
     "classwise_calibration_error",
     "classwise_coverage",
+    "cox_calibration_test",
+    "debiased_calibration_error",
     "equal_mass_bin_edges",
     "expected_calibration_error",
     "get_scorer",
     "get_scorer_names",
+    "flexible_calibration_curve",
     "get_scorers",
+    "hosmer_lemeshow_test",
     "log_loss",
+    "logistic_calibration",
     "maximum_calibration_error",
     "mean_set_size",
     "median_set_size",
     "neg_adaptive_calibration_error",
     "neg_classwise_calibration_error",
+    "neg_debiased_calibration_error",
     "neg_expected_calibration_error",
     "neg_aurc",
     "neg_excess_aurc",
@@ -105,5 +132,7 @@ __all__ = [
     "set_coverage",
     "size_stratified_coverage",
     "smooth_calibration_error",
+    "spiegelhalter_test",
+    "validation_report",
     "worst_class_coverage",
 ]

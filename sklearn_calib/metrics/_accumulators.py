@@ -24,25 +24,26 @@ from numbers import Integral
 
 import numpy as np
 
-from ..utils._math import row_blocks, softmax
+from ..utils._math import softmax
 from ..utils._validation import (
     as_float_2d,
     check_labels_per_row,
     check_masked_logits,
     check_probabilities,
+    check_true_labels,
     encode_metric_labels,
     expand_binary_scores,
     to_numpy,
 )
-from ._calibration import (
-    _REDUCTIONS,
-    BLOCK_ELEMENTS,
+from ._bin_statistics import (
+    REDUCTIONS,
     BinStatistics,
-    _block_top_label,
+    add_edge_statistics,
     add_uniform_statistics,
+    brier_decomposition_from_statistics,
     curve_from_statistics,
 )
-from ._proper import BrierDecomposition, _brier_losses, _log_losses
+from ._sample_losses import brier_losses, log_losses
 
 _MULTICLASS = ("top-label", "classwise")
 PROPER_SCORES = ("log_loss", "brier_score")
@@ -131,24 +132,13 @@ class _Accumulator:
 
     def _check_chunk(self, y_true, y_prob, sample_weight):
         y_prob = _as_array(y_prob)
-        y_true = _as_array(y_true)
-        if y_true.ndim == 2 and y_true.shape[1] == 1:
-            y_true = y_true[:, 0]
-        if y_true.ndim != 1:
-            raise ValueError(
-                f"y_true must be 1-D (one label per sample); got shape {y_true.shape}."
-            )
         if y_prob.ndim in (1, 2) and y_prob.shape[0] == 0:
             # An empty chunk adds nothing; its width is checked when known.
             n_cols = 2 if y_prob.ndim == 1 or y_prob.shape[1] == 1 else y_prob.shape[1]
             y_prob = np.empty((0, n_cols))
         else:
             y_prob = check_probabilities(y_prob)
-        if y_true.shape[0] != y_prob.shape[0]:
-            raise ValueError(
-                "y_true and y_prob have inconsistent numbers of samples: "
-                f"{y_true.shape[0]} and {y_prob.shape[0]}."
-            )
+        y_true = check_true_labels(y_true, y_prob.shape[0])
         return self._encode(y_true, y_prob, sample_weight)
 
     def _check_logits_chunk(
@@ -323,35 +313,6 @@ class _Accumulator:
 
 
 # --- binned metrics -------------------------------------------------------------
-
-
-def add_edge_statistics(count, score, hit, y_codes, y_prob, weights, inner, multiclass):
-    """Add the bin sums of some rows for given bin edges (bins ``(lo, hi]``).
-
-    ``inner`` (n_groups, n_bins - 1) holds the inner edges of each group; a
-    score equal to an edge belongs to the bin below it, as in the equal-mass
-    bins of the in-memory metrics. ``count`` etc. are (n_groups, n_bins).
-    """
-    n_samples, n_classes = y_prob.shape
-    n_bins = count.shape[1]
-    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
-        truth = y_codes[rows]
-        w = None if weights is None else weights[rows]
-        if multiclass == "top-label":
-            groups = [_block_top_label(y_prob, rows, truth)]
-        else:
-            block = y_prob[rows]
-            groups = [(block[:, k], truth == k) for k in range(n_classes)]
-        for g, (scores, hits) in enumerate(groups):
-            index = np.searchsorted(inner[g], scores, side="left")
-            if w is None:
-                count[g] += np.bincount(index, minlength=n_bins)
-                score[g] += np.bincount(index, weights=scores, minlength=n_bins)
-                hit[g] += np.bincount(index[hits], minlength=n_bins)
-            else:
-                count[g] += np.bincount(index, weights=w, minlength=n_bins)
-                score[g] += np.bincount(index, weights=w * scores, minlength=n_bins)
-                hit[g] += np.bincount(index, weights=w * hits, minlength=n_bins)
 
 
 class BinnedCalibrationAccumulator(_Accumulator):
@@ -559,7 +520,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
             )
 
     def _value(self, reduction):
-        return float(_REDUCTIONS[reduction](self.statistics()).mean(axis=-1)[0])
+        return float(REDUCTIONS[reduction](self.statistics()).mean(axis=-1)[0])
 
     def expected_calibration_error(self):
         """Top-label ECE of the accumulated samples.
@@ -626,20 +587,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
             As :func:`~sklearn_calib.metrics.brier_score_decomposition`.
         """
         self._require("classwise", "brier_score_decomposition")
-        stats = self.statistics()
-        count, forecast, observed = stats.count[0], stats.score[0], stats.hit[0]
-        total = count.sum(axis=-1, keepdims=True)
-        base_rate = observed.sum(axis=-1, keepdims=True) / total
-        occupied = count > 0
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mean_forecast = np.where(occupied, forecast / count, 0.0)
-            frequency = np.where(occupied, observed / count, 0.0)
-        reliability = np.sum(count * (mean_forecast - frequency) ** 2 / total)
-        resolution = np.sum(count * (frequency - base_rate) ** 2 / total)
-        uncertainty = np.sum(base_rate * (1 - base_rate))
-        return BrierDecomposition(
-            float(reliability), float(resolution), float(uncertainty)
-        )
+        return brier_decomposition_from_statistics(self.statistics())
 
     def calibration_curve(self):
         """Per-bin accuracy, mean score and weight: the reliability diagram.
@@ -781,9 +729,9 @@ class ProperScoreAccumulator(_Accumulator):
 
         self._state[0] += y_prob.shape[0] if weights is None else weights.sum()
         if "log_loss" in self.scores:
-            self._state[1] += total(_log_losses(y_codes, y_prob))
+            self._state[1] += total(log_losses(y_codes, y_prob))
         if "brier_score" in self.scores:
-            self._state[2] += total(_brier_losses(y_codes, y_prob))
+            self._state[2] += total(brier_losses(y_codes, y_prob))
 
     def _mean(self, index, name):
         if name not in self.scores:

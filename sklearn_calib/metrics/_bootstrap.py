@@ -8,6 +8,7 @@ a whole slab at once (its binning, confidences and per-sample losses are
 computed once). Any other metric is called once per resample on the drawn rows.
 """
 
+from functools import partial
 from numbers import Integral, Real
 from typing import NamedTuple
 
@@ -18,14 +19,13 @@ from ..utils._compat import Interval, validate_params
 from ..utils._validation import check_metric_inputs
 from . import _calibration as _cal
 from . import _proper, _smooth
-
-# Count matrices are built in slabs of about this many entries.
-_SLAB_ELEMENTS = 2**22
+from ._bin_statistics import BinnedMetric, slabs
+from ._sample_losses import MeanLoss
 
 
 def _binned(**fixed):
     def factory(y_codes, y_prob, **params):
-        return _cal._BinnedMetric(y_codes, y_prob, **fixed, **params)
+        return BinnedMetric(y_codes, y_prob, **fixed, **params)
 
     return factory
 
@@ -38,9 +38,9 @@ _BATCHED = {
     _cal.maximum_calibration_error: _binned(reduction="mce"),
     _cal.rms_calibration_error: _binned(reduction="rms"),
     _cal.classwise_calibration_error: _binned(reduction="ece", multiclass="classwise"),
-    _smooth.smooth_calibration_error: _smooth._SmoothMetric,
-    _proper.log_loss: lambda y_codes, y_prob: _proper._LogLoss(y_codes, y_prob),
-    _proper.brier_score: lambda y_codes, y_prob: _proper._BrierScore(y_codes, y_prob),
+    _smooth.smooth_calibration_error: _smooth.SmoothMetric,
+    _proper.log_loss: partial(MeanLoss, "log_loss"),
+    _proper.brier_score: partial(MeanLoss, "brier_score"),
 }
 
 
@@ -51,10 +51,8 @@ def resample_indices(n_samples, n_resamples, random_state):
     resamples on every machine.
     """
     rng = check_random_state(random_state)
-    step = max(1, _SLAB_ELEMENTS // n_samples)
-    for start in range(0, n_resamples, step):
-        size = min(step, n_resamples - start)
-        yield rng.randint(0, n_samples, size=(size, n_samples))
+    for rows in slabs(n_resamples, n_samples):
+        yield rng.randint(0, n_samples, size=(rows.stop - rows.start, n_samples))
 
 
 def counts_of(indices, n_samples):

@@ -1,463 +1,33 @@
-"""Binned calibration metrics and the one binning implementation they share.
+"""Binned calibration metrics: the ECE family and the reliability curve.
 
-The convention (``docs/user_guide/binning.rst``): ``M`` bins ``(b/M, (b+1)/M]``
-closed on the right, a score of exactly 0 in the first bin and exactly 1 in
-the last, empty bins skipped. ``strategy="quantile"`` places the inner edges
-at weighted quantiles of the scores instead, with the same ``(lo, hi]`` rule.
-
-Every binned metric, :func:`calibration_curve`, the Brier decomposition, the
-bootstrap and :class:`~sklearn_calib.display.ReliabilityDisplay` go through
-:class:`_Binning`, whose :meth:`_Binning.statistics` returns per-bin sums of
-weights, scores and outcomes for one weight vector or for a whole matrix of
-bootstrap weights at once.
+The public functions validate their inputs, add the data to one
+:class:`~sklearn_calib.metrics.BinnedCalibrationAccumulator` (equal-width
+bins) or bin them in memory (equal-mass bins, whose edges are quantiles of all
+the scores) and read the metric off the bin sums. The binning convention and
+its kernels live in :mod:`sklearn_calib.metrics._bin_statistics`.
 """
 
-from numbers import Integral
+from numbers import Integral, Real
 from typing import NamedTuple
 
 import numpy as np
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._math import row_blocks
 from ..utils._validation import check_metric_inputs
+from ._accumulators import BinnedCalibrationAccumulator
+from ._bin_statistics import Binning
 
-# Row blocks of about this many probabilities stay in the L2 cache.
-BLOCK_ELEMENTS = 2**17
-# Up to this many classes, blocks are transposed into class-major copies.
-_TRANSPOSE_MAX_CLASSES = 48
-# Bootstrap weight matrices are processed in slabs of about this many entries.
-_SLAB_ELEMENTS = 2**22
-
-_COMMON_CONSTRAINTS = {
+COMMON_CONSTRAINTS = {
     "y_true": ["array-like"],
     "y_prob": ["array-like"],
     "sample_weight": ["array-like", None],
     "labels": ["array-like", None],
 }
-_BINNED_CONSTRAINTS = {
-    **_COMMON_CONSTRAINTS,
+BINNED_CONSTRAINTS = {
+    **COMMON_CONSTRAINTS,
     "n_bins": [Interval(Integral, 1, None, closed="left")],
     "strategy": [StrOptions({"uniform", "quantile"})],
 }
-
-
-def _class_major_block(y_prob, rows):
-    """Rows of ``y_prob`` as a (n_classes, n_rows) block, classes first.
-
-    A reduction over a short last axis runs row by row in numpy; over the
-    first axis of a transposed copy it is an elementwise operation on
-    n_classes contiguous rows, several times faster, and the block stays in
-    the cache for everything computed from it. From about 50 classes on, the
-    row-wise operations are the faster ones and the block is a transposed view.
-    """
-    block = y_prob[rows].T
-    return block.copy() if y_prob.shape[1] <= _TRANSPOSE_MAX_CLASSES else block
-
-
-def _block_top_label(y_prob, rows, truth):
-    """Confidence and correctness of a block of rows (see :func:`top_label`)."""
-    if y_prob.shape[1] > _TRANSPOSE_MAX_CLASSES:
-        # Long rows: numpy's row-wise argmax is vectorised.
-        block = y_prob[rows]
-        predicted = block.argmax(axis=1)
-        return block[np.arange(block.shape[0]), predicted], predicted == truth
-    block = _class_major_block(y_prob, rows)
-    confidence = block.max(axis=0)
-    is_top = block == confidence
-    size = block.shape[1]
-    if np.count_nonzero(is_top) == size:
-        # A unique maximum per row: correct iff the true class attains it.
-        correct = is_top[truth, np.arange(size)]
-    else:
-        correct = block.argmax(axis=0) == truth
-    return confidence, correct
-
-
-def top_label(y_prob, y_codes):
-    """Confidence ``max_k q_ik`` and correctness ``argmax_k q_ik == y_i``.
-
-    The argmax takes the first maximal column on ties, as ``np.argmax`` and
-    the calibrators' ``predict`` do.
-
-    Parameters
-    ----------
-    y_prob : ndarray of shape (n_samples, n_classes)
-        Validated probabilities, float32 or float64.
-    y_codes : ndarray of shape (n_samples,) of int
-        Column index of each sample's true class.
-
-    Returns
-    -------
-    confidence : ndarray of shape (n_samples,), dtype of ``y_prob``
-    correct : ndarray of shape (n_samples,) of bool
-    """
-    n_samples, n_classes = y_prob.shape
-    confidence = np.empty(n_samples, dtype=y_prob.dtype)
-    correct = np.empty(n_samples, dtype=bool)
-    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
-        confidence[rows], correct[rows] = _block_top_label(y_prob, rows, y_codes[rows])
-    return confidence, correct
-
-
-def uniform_bin_index(scores, n_bins):
-    """Bin of each score among ``n_bins`` equal-width bins ``(b/M, (b+1)/M]``.
-
-    ``b = ceil(M * s) - 1``, computed in the dtype of ``scores`` and clipped,
-    so 0 falls in the first bin and 1 in the last.
-    """
-    index = np.ceil(scores * scores.dtype.type(n_bins))
-    index -= 1
-    np.clip(index, 0, n_bins - 1, out=index)
-    return index.astype(np.intp)
-
-
-def _slabs(n_rows, n_cols):
-    """Row slices of a (n_rows, n_cols) weight matrix of bounded size."""
-    step = max(1, _SLAB_ELEMENTS // max(1, n_cols))
-    for start in range(0, n_rows, step):
-        yield slice(start, min(start + step, n_rows))
-
-
-def _rowwise_searchsorted(rows, values):
-    """``searchsorted(rows[r], values[r], side="left")`` for every row at once.
-
-    ``rows`` (non-decreasing along axis 1) and ``values`` are non-negative; an
-    offset per row larger than any entry makes the flattened rows one sorted
-    array. Row 0 gets no offset, so a single row is searched exactly.
-    """
-    n_rows, n_cols = rows.shape
-    span = max(float(rows.max(initial=0.0)), float(values.max(initial=0.0))) + 1.0
-    offset = span * np.arange(n_rows)[:, None]
-    found = np.searchsorted((rows + offset).ravel(), (values + offset).ravel())
-    return found.reshape(values.shape) - n_cols * np.arange(n_rows)[:, None]
-
-
-class BinStatistics(NamedTuple):
-    """Per-bin sums of one or several weight vectors.
-
-    Every array has shape (n_weightings, n_groups, n_bins) (``edges``: one
-    more bin edge); a group is the top-label prediction or one class.
-    """
-
-    count: np.ndarray
-    score: np.ndarray
-    hit: np.ndarray
-    edges: np.ndarray
-
-
-class _Binning:
-    """The weight-independent part of a binned metric.
-
-    Holds the scores and outcomes of every group: the top-label confidence
-    and correctness, or, class-wise, each column ``q_.k`` against
-    ``1[y = k]``. :meth:`statistics` then bins them under any weights.
-    """
-
-    def __init__(self, y_codes, y_prob, *, n_bins, strategy, multiclass="top-label"):
-        self.n_bins = n_bins
-        self.strategy = strategy
-        self.multiclass = multiclass
-        self.n_samples = y_prob.shape[0]
-        self._y_codes = y_codes
-        self._y_prob = y_prob
-        self.n_groups = 1 if multiclass == "top-label" else y_prob.shape[1]
-        # The top-label confidences, and the bin indices or sort orders of the
-        # top-label group: computed on first use, reused by every slab of
-        # bootstrap weights.
-        self._top = None
-        self._layout_cache = {}
-
-    def group(self, g):
-        """Scores and boolean outcomes of group ``g``."""
-        if self.multiclass == "top-label":
-            if self._top is None:
-                self._top = top_label(self._y_prob, self._y_codes)
-            return self._top
-        return self._y_prob[:, g], self._y_codes == g
-
-    def _layout(self, g, scores):
-        if g in self._layout_cache:
-            return self._layout_cache[g]
-        if self.strategy == "uniform":
-            layout = uniform_bin_index(scores, self.n_bins)
-        else:
-            # Any order of tied scores gives the same edges and bin sums.
-            order = np.argsort(scores)
-            layout = (order, scores[order].astype(np.float64))
-        if self.multiclass == "top-label":
-            self._layout_cache[g] = layout
-        return layout
-
-    def statistics(self, weights=None):
-        """Per-bin sums of weights, scores and outcomes.
-
-        Parameters
-        ----------
-        weights : None, ndarray of shape (n_samples,) or (n_weightings, n_samples)
-            One weight vector, or one per row (bootstrap resamples). None
-            counts every sample once.
-
-        Returns
-        -------
-        BinStatistics
-            Arrays of shape (n_weightings, n_groups, n_bins); ``edges`` has
-            shape (n_weightings, n_groups, n_bins + 1).
-        """
-        if weights is not None:
-            weights = np.asarray(weights, dtype=np.float64)
-        if self.strategy == "uniform" and (weights is None or weights.ndim == 1):
-            return self._uniform_statistics_in_blocks(weights)
-        if weights is not None and weights.ndim == 1:
-            weights = weights[None, :]
-        n_rows = 1 if weights is None else weights.shape[0]
-        shape = (n_rows, self.n_groups, self.n_bins)
-        count, score, hit = (np.zeros(shape) for _ in range(3))
-        edges = np.empty(shape[:2] + (self.n_bins + 1,))
-        for g in range(self.n_groups):
-            scores, hits = self.group(g)
-            if self.strategy == "quantile" and weights is None:
-                # Unweighted equal-mass edges are order statistics: a
-                # partition finds them without sorting the scores.
-                inner = _equal_mass_edges(scores, self.n_bins)
-                index = np.searchsorted(inner, scores, side="left")
-                sums = _uniform_sums(index, scores, hits, None, self.n_bins)
-                edges[:, g] = np.concatenate([[0.0], inner, [1.0]])
-                count[:, g], score[:, g], hit[:, g] = sums
-                continue
-            layout = self._layout(g, scores)
-            if self.strategy == "uniform":
-                sums = _uniform_sums(layout, scores, hits, weights, self.n_bins)
-                edges[:, g] = np.linspace(0.0, 1.0, self.n_bins + 1)
-            else:
-                sums, edges[:, g] = _quantile_sums(*layout, hits, weights, self.n_bins)
-            count[:, g], score[:, g], hit[:, g] = sums
-        return BinStatistics(count, score, hit, edges)
-
-    def _uniform_statistics_in_blocks(self, weights):
-        """Equal-width statistics of one weighting, block by block of rows.
-
-        Every quantity (confidences, bin indices, per-bin sums) is computed
-        on a cache-sized block and added up, so no array of the size of the
-        data is allocated: on 1M x 10 float32 probabilities this is most of
-        the speed of the ECE. The same kernel adds the chunks of the
-        streaming accumulators (:mod:`sklearn_calib.metrics._accumulators`).
-        """
-        n_bins, n_groups = self.n_bins, self.n_groups
-        count, score, hit = (np.zeros(n_groups * n_bins) for _ in range(3))
-        add_uniform_statistics(
-            count,
-            score,
-            hit,
-            self._y_codes,
-            self._y_prob,
-            weights,
-            n_bins,
-            self.multiclass,
-        )
-        shape = (1, n_groups, n_bins)
-        edges = np.broadcast_to(
-            np.linspace(0.0, 1.0, n_bins + 1), (1, n_groups, n_bins + 1)
-        )
-        return BinStatistics(
-            count.reshape(shape), score.reshape(shape), hit.reshape(shape), edges.copy()
-        )
-
-
-def add_uniform_statistics(
-    count, score, hit, y_codes, y_prob, weights, n_bins, multiclass
-):
-    """Add the equal-width bin sums of some rows into flat (n_groups * n_bins) arrays.
-
-    The one binning kernel of the equal-width metrics: the in-memory functions
-    run it once over all rows, the accumulators once per chunk. Group ``g``'s
-    bin ``b`` is entry ``g * n_bins + b`` (one group for top-label, one per
-    class for class-wise).
-    """
-    n_samples, n_classes = y_prob.shape
-    offsets = n_bins * np.arange(n_classes)[:, None]
-    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
-        truth = y_codes[rows]
-        w = None if weights is None else weights[rows]
-        if multiclass == "top-label":
-            confidence, correct = _block_top_label(y_prob, rows, truth)
-            index = uniform_bin_index(confidence, n_bins)
-            if w is None:
-                # One bincount of 2 b + correct gives counts and hits.
-                pairs = np.bincount(2 * index + correct, minlength=2 * n_bins)
-                count += pairs[0::2] + pairs[1::2]
-                hit += pairs[1::2]
-                score += np.bincount(index, weights=confidence, minlength=n_bins)
-            else:
-                _add_bin_sums(
-                    count, score, hit, index, confidence, index, w, w * correct
-                )
-        else:
-            # Class k's bins are numbered k * n_bins + b.
-            block = _class_major_block(y_prob, rows)
-            index = uniform_bin_index(block, n_bins) + offsets
-            true_index = index[truth, np.arange(truth.shape[0])]
-            tiled = None if w is None else np.broadcast_to(w, block.shape).ravel()
-            _add_bin_sums(
-                count,
-                score,
-                hit,
-                index.ravel(),
-                block.ravel(),
-                true_index,
-                tiled,
-                w,
-            )
-
-
-def _add_bin_sums(count, score, hit, index, scores, hit_index, weights, hit_weights):
-    """Add one block's per-bin weights, weighted scores and weighted hits."""
-    n = count.shape[0]
-    if weights is None:
-        count += np.bincount(index, minlength=n)
-        score += np.bincount(index, weights=scores, minlength=n)
-        hit += np.bincount(hit_index, minlength=n)
-    else:
-        count += np.bincount(index, weights=weights, minlength=n)
-        score += np.bincount(index, weights=weights * scores, minlength=n)
-        hit += np.bincount(hit_index, weights=hit_weights, minlength=n)
-
-
-def _uniform_sums(index, scores, hits, weights, n_bins):
-    """Per-bin sums for fixed bin indices, by weighted ``np.bincount``."""
-    if weights is None:
-        # One integer bincount gives both the counts and the hits.
-        pairs = np.bincount(2 * index + hits, minlength=2 * n_bins).reshape(n_bins, 2)
-        count = pairs.sum(axis=1)
-        score = np.bincount(index, weights=scores, minlength=n_bins)
-        return count[None], score[None], pairs[None, :, 1]
-    n_rows = weights.shape[0]
-    out = np.zeros((3, n_rows, n_bins))
-    scores = scores.astype(np.float64)
-    for rows in _slabs(*weights.shape):
-        slab = weights[rows]
-        size = slab.shape[0]
-        # Bins of row r are numbered r * n_bins + b: one bincount per slab.
-        keys = (index + n_bins * np.arange(size)[:, None]).ravel()
-        for out_k, values in zip(out, (slab, slab * scores, slab * hits), strict=True):
-            out_k[rows] = np.bincount(
-                keys, weights=values.ravel(), minlength=size * n_bins
-            ).reshape(size, n_bins)
-    return out
-
-
-def _equal_mass_edges(scores, n_bins):
-    """Inner edges of unweighted equal-mass bins: order statistics of the scores.
-
-    Edge ``b`` is the smallest score whose count of scores at or below it
-    reaches ``b N / M``: the sorted score at 0-based position
-    ``ceil(b N / M) - 1`` (integer arithmetic, so no rounding).
-    """
-    n_samples = scores.shape[0]
-    positions = (np.arange(1, n_bins) * n_samples + n_bins - 1) // n_bins - 1
-    if positions.size == 0:
-        return scores[:0]
-    return np.partition(scores, np.unique(positions))[positions]
-
-
-def _quantile_sums(order, sorted_scores, hits, weights, n_bins):
-    """Per-bin sums and edges of equal-mass bins, by prefix sums in score order.
-
-    Inner edge ``e_b`` (``b = 1 .. M-1``) is the weighted ``b/M`` quantile of
-    the scores (``inverted_cdf``: the smallest score whose cumulative weight
-    reaches ``b/M`` of the total), so integer weights act as repeated rows.
-    Bin ``b`` holds the scores in ``(e_b, e_{b+1}]``; equal edges leave empty
-    bins, which the metrics skip.
-    """
-    n_samples = sorted_scores.shape[0]
-    if weights is None:
-        weights = np.ones((1, n_samples))
-    n_rows = weights.shape[0]
-    fractions = np.arange(1, n_bins) / n_bins
-    sums = np.zeros((3, n_rows, n_bins))
-    edges = np.empty((n_rows, n_bins + 1))
-    edges[:, 0], edges[:, -1] = 0.0, 1.0
-    sorted_hits = hits[order].astype(np.float64)
-    for rows in _slabs(*weights.shape):
-        slab = weights[rows][:, order]
-        cumulative = np.cumsum(slab, axis=1)
-        total = cumulative[:, -1:]
-        first = _rowwise_searchsorted(cumulative, fractions * total)
-        inner = sorted_scores[np.minimum(first, n_samples - 1)]
-        edges[rows, 1:-1] = inner
-        # Bin b ends after the last sample whose score is <= its upper edge.
-        ends = np.searchsorted(sorted_scores, inner, side="right")
-        ends = np.concatenate(
-            [
-                np.zeros((ends.shape[0], 1), np.intp),
-                ends,
-                np.full((ends.shape[0], 1), n_samples),
-            ],
-            axis=1,
-        )
-        for k, values in enumerate((slab, slab * sorted_scores, slab * sorted_hits)):
-            prefix = np.zeros((values.shape[0], n_samples + 1))
-            np.cumsum(values, axis=1, out=prefix[:, 1:])
-            at_ends = np.take_along_axis(prefix, ends, axis=1)
-            sums[k, rows] = np.diff(at_ends, axis=1)
-    return sums, edges
-
-
-# --- reductions of the bin statistics ------------------------------------------
-
-
-def _calibration_gaps(stats):
-    """``|hit - score|`` per bin and the total weight, per weighting and group."""
-    return np.abs(stats.hit - stats.score), stats.count.sum(axis=-1)
-
-
-def _ece_values(stats):
-    gaps, total = _calibration_gaps(stats)
-    return gaps.sum(axis=-1) / total
-
-
-def _mce_values(stats):
-    gaps, _ = _calibration_gaps(stats)
-    occupied = stats.count > 0
-    per_bin = np.divide(gaps, stats.count, out=np.zeros_like(gaps), where=occupied)
-    return per_bin.max(axis=-1)
-
-
-def _rms_values(stats):
-    gaps, total = _calibration_gaps(stats)
-    occupied = stats.count > 0
-    per_bin = np.divide(gaps**2, stats.count, out=np.zeros_like(gaps), where=occupied)
-    return np.sqrt(per_bin.sum(axis=-1) / total)
-
-
-_REDUCTIONS = {"ece": _ece_values, "mce": _mce_values, "rms": _rms_values}
-
-
-class _BinnedMetric:
-    """A binned metric as a function of the weights: ``evaluate(W) -> (B,)``.
-
-    The binning (confidences, bin indices or sort orders) is computed once; the
-    bootstrap then evaluates whole matrices of resample weights.
-    """
-
-    def __init__(
-        self,
-        y_codes,
-        y_prob,
-        *,
-        n_bins=15,
-        strategy="uniform",
-        multiclass="top-label",
-        reduction="ece",
-    ):
-        self._binning = _Binning(
-            y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
-        )
-        self._reduce = _REDUCTIONS[reduction]
-
-    def __call__(self, weights=None):
-        per_group = self._reduce(self._binning.statistics(weights))
-        # Class-wise metrics average over the classes; top-label has one group.
-        return per_group.mean(axis=-1)
 
 
 def binned_state(
@@ -471,12 +41,10 @@ def binned_state(
     scores, so the in-memory binning finds them and the sums together, and
     the state holds those edges as fixed ``bin_edges``.
     """
-    from ._accumulators import BinnedCalibrationAccumulator
-
     if strategy == "uniform":
         state = BinnedCalibrationAccumulator(n_bins=n_bins, multiclass=multiclass)
         return state._update_validated(y_codes, y_prob, sample_weight)
-    binning = _Binning(
+    binning = Binning(
         y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
     )
     return BinnedCalibrationAccumulator._from_statistics(
@@ -510,7 +78,7 @@ def _binned_metric(
 # --- public metrics ---------------------------------------------------------------
 
 
-@validate_params(_BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
+@validate_params(BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
 def expected_calibration_error(
     y_true, y_prob, *, n_bins=15, strategy="uniform", sample_weight=None, labels=None
 ):
@@ -592,7 +160,7 @@ def expected_calibration_error(
 
 
 @validate_params(
-    {k: v for k, v in _BINNED_CONSTRAINTS.items() if k != "strategy"},
+    {k: v for k, v in BINNED_CONSTRAINTS.items() if k != "strategy"},
     prefer_skip_nested_validation=True,
 )
 def adaptive_calibration_error(
@@ -658,7 +226,7 @@ def adaptive_calibration_error(
     )
 
 
-@validate_params(_BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
+@validate_params(BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
 def maximum_calibration_error(
     y_true, y_prob, *, n_bins=15, strategy="uniform", sample_weight=None, labels=None
 ):
@@ -716,7 +284,7 @@ def maximum_calibration_error(
     )
 
 
-@validate_params(_BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
+@validate_params(BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
 def rms_calibration_error(
     y_true, y_prob, *, n_bins=15, strategy="uniform", sample_weight=None, labels=None
 ):
@@ -775,7 +343,7 @@ def rms_calibration_error(
     )
 
 
-@validate_params(_BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
+@validate_params(BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
 def classwise_calibration_error(
     y_true, y_prob, *, n_bins=15, strategy="uniform", sample_weight=None, labels=None
 ):
@@ -842,33 +410,34 @@ def classwise_calibration_error(
     )
 
 
-class CalibrationCurve(NamedTuple):
-    """Per-bin values of a reliability diagram (see :func:`calibration_curve`).
+class CalibrationCurveInterval(NamedTuple):
+    """A :class:`CalibrationCurve` with a binomial interval of each bin's accuracy.
 
-    A named tuple: unpack it as ``accuracy, confidence, count, bin_edges``.
+    Returned by :func:`calibration_curve` when ``interval`` is given.
 
     Attributes
     ----------
-    accuracy : ndarray of shape (n_bins,) or (n_classes, n_bins)
-        Weighted fraction of correct samples per bin (class-wise: of samples
-        of that class); NaN in empty bins.
-    confidence : ndarray of the same shape
-        Weighted mean score per bin; NaN in empty bins.
-    count : ndarray of the same shape
-        Total sample weight per bin (the number of samples without weights).
-    bin_edges : ndarray of shape (n_bins + 1,) or (n_classes, n_bins + 1)
-        Bin edges; bin ``b`` is ``(bin_edges[b], bin_edges[b + 1]]``, the
-        first bin also holding 0.
+    accuracy, confidence, count, bin_edges : ndarray
+        As in :class:`CalibrationCurve`.
+    accuracy_low, accuracy_high : ndarray of the shape of ``accuracy``
+        Ends of the interval of each bin's accuracy; NaN in empty bins.
     """
 
     accuracy: np.ndarray
     confidence: np.ndarray
     count: np.ndarray
     bin_edges: np.ndarray
+    accuracy_low: np.ndarray
+    accuracy_high: np.ndarray
 
 
 @validate_params(
-    {**_BINNED_CONSTRAINTS, "multiclass": [StrOptions({"top-label", "classwise"})]},
+    {
+        **BINNED_CONSTRAINTS,
+        "multiclass": [StrOptions({"top-label", "classwise"})],
+        "interval": [StrOptions({"clopper-pearson", "wilson", "jeffreys"}), None],
+        "confidence_level": [Interval(Real, 0, 1, closed="neither")],
+    },
     prefer_skip_nested_validation=True,
 )
 def calibration_curve(
@@ -880,6 +449,8 @@ def calibration_curve(
     multiclass="top-label",
     sample_weight=None,
     labels=None,
+    interval=None,
+    confidence_level=0.95,
 ):
     """Per-bin accuracy, mean confidence and count: the data of a reliability diagram.
 
@@ -906,11 +477,19 @@ def calibration_curve(
         Non-negative weights; ``count`` is then the total weight per bin.
     labels : array-like of shape (n_classes,), default=None
         The class of each column of ``y_prob``.
+    interval : {"clopper-pearson", "wilson", "jeffreys"} or None, default=None
+        Also return a binomial confidence interval of each bin's accuracy
+        (see :func:`~sklearn_calib.metrics.binomial_interval`; weighted bins
+        use the effective count ``(sum w)^2 / sum w^2``).
+    confidence_level : float, default=0.95
+        Nominal coverage of ``interval``.
 
     Returns
     -------
-    curve : CalibrationCurve
-        A named tuple ``(accuracy, confidence, count, bin_edges)``. For
+    curve : CalibrationCurve or CalibrationCurveInterval
+        A named tuple ``(accuracy, confidence, count, bin_edges)``, with
+        ``accuracy_low`` and ``accuracy_high`` after them when ``interval``
+        is given. For
         top-label, ``accuracy``, ``confidence`` and ``count`` have shape
         (n_bins,) and ``bin_edges`` (n_bins + 1,); class-wise, one row per
         class. ``accuracy`` is the fraction of correct samples (class-wise:
@@ -943,16 +522,20 @@ def calibration_curve(
         strategy=strategy,
         multiclass=multiclass,
     )
-    return state.calibration_curve()
+    curve = state.calibration_curve()
+    if interval is None:
+        return curve
+    from ._binomial import bin_accuracy_interval
 
+    low, high = bin_accuracy_interval(
+        curve,
+        y_codes,
+        y_prob,
+        sample_weight,
+        multiclass=multiclass,
+        strategy=strategy,
+        method=interval,
+        confidence_level=confidence_level,
+    )
+    return CalibrationCurveInterval(*curve, low, high)
 
-def curve_from_statistics(stats, multiclass="top-label"):
-    """A :class:`CalibrationCurve` from the first weighting of ``stats``."""
-    count = stats.count[0].astype(np.float64)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        accuracy = np.where(count > 0, stats.hit[0] / count, np.nan)
-        confidence = np.where(count > 0, stats.score[0] / count, np.nan)
-    edges = stats.edges[0]
-    if multiclass == "top-label":
-        return CalibrationCurve(accuracy[0], confidence[0], count[0], edges[0])
-    return CalibrationCurve(accuracy, confidence, count, edges)

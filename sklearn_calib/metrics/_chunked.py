@@ -15,7 +15,7 @@ from ._accumulators import (
     BinnedCalibrationAccumulator,
     ProperScoreAccumulator,
 )
-from ._calibration import top_label
+from ._bin_statistics import top_label
 from ._report import DEFAULT_REPORT_METRICS, REPORT_METRICS
 
 # Report columns computed from chunks, and the accumulator each one reads.

@@ -1,79 +1,24 @@
-"""Proper scoring rules: the log loss (NLL) and the multiclass Brier score.
+"""Proper scoring rules: log loss (NLL), Brier score and its decomposition.
 
-Both are means of a per-sample loss, so under any weights (and under a whole
-matrix of bootstrap weights at once) they are one matrix-vector product.
+The per-sample losses live in :mod:`sklearn_calib.metrics._sample_losses`
+and the bin statistics of the decomposition in
+:mod:`sklearn_calib.metrics._bin_statistics`; these functions validate their
+inputs and read the score off one update of an accumulator.
 """
 
-from typing import NamedTuple
-
-import numpy as np
-
 from ..utils._compat import validate_params
-from ..utils._math import row_blocks
 from ..utils._validation import check_metric_inputs
-from ._calibration import _BINNED_CONSTRAINTS, _COMMON_CONSTRAINTS, binned_state
-
-
-def _true_class_proba(y_prob, y_codes):
-    """``q_{i, y_i}`` for every sample, as float64."""
-    return y_prob[np.arange(y_prob.shape[0]), y_codes].astype(np.float64)
-
-
-# The log loss clips the true-class probability to [LOG_LOSS_EPS, 1 - LOG_LOSS_EPS]
-# in float64, whatever the dtype of the probabilities: the same predictions then
-# score the same as float32 and float64 (clipping at the dtype's own epsilon, as
-# scikit-learn does, puts float32 predictions' floor at 1.2e-7, not 2.2e-16).
-LOG_LOSS_EPS = float(np.finfo(np.float64).eps)
-
-
-def _log_losses(y_codes, y_prob):
-    """Per-sample ``-log q_{i, y_i}``, clipped at ``LOG_LOSS_EPS`` in float64."""
-    proba = np.clip(_true_class_proba(y_prob, y_codes), LOG_LOSS_EPS, 1 - LOG_LOSS_EPS)
-    return -np.log(proba)
-
-
-def _brier_losses(y_codes, y_prob):
-    """Per-sample ``sum_k (q_ik - 1[y_i = k])^2 = sum_k q_ik^2 - 2 q_{i,y_i} + 1``."""
-    n_samples, n_classes = y_prob.shape
-    squares = np.empty(n_samples)
-    for rows in row_blocks(n_samples, n_classes):
-        block = y_prob[rows].astype(np.float64)
-        squares[rows] = np.einsum("ij,ij->i", block, block)
-    return squares - 2 * _true_class_proba(y_prob, y_codes) + 1
-
-
-class _MeanLoss:
-    """A weighted mean of per-sample losses as a function of the weights."""
-
-    def __init__(self, losses):
-        self._losses = losses
-
-    def __call__(self, weights=None):
-        if weights is None:
-            return np.array([self._losses.mean()])
-        weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-        return weights @ self._losses / weights.sum(axis=1)
+from ._accumulators import ProperScoreAccumulator
+from ._calibration import BINNED_CONSTRAINTS, COMMON_CONSTRAINTS, binned_state
 
 
 def _proper_state(y_codes, y_prob, sample_weight, score):
     """One update of a :class:`~sklearn_calib.metrics.ProperScoreAccumulator`."""
-    from ._accumulators import ProperScoreAccumulator
-
     state = ProperScoreAccumulator(scores=(score,))
     return state._update_validated(y_codes, y_prob, sample_weight)
 
 
-class _LogLoss(_MeanLoss):
-    def __init__(self, y_codes, y_prob):
-        super().__init__(_log_losses(y_codes, y_prob))
-
-
-class _BrierScore(_MeanLoss):
-    def __init__(self, y_codes, y_prob):
-        super().__init__(_brier_losses(y_codes, y_prob))
-
-
-@validate_params(_COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
+@validate_params(COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
 def log_loss(y_true, y_prob, *, sample_weight=None, labels=None):
     r"""Negative log-likelihood (NLL, cross-entropy) of the true classes.
 
@@ -126,7 +71,7 @@ def log_loss(y_true, y_prob, *, sample_weight=None, labels=None):
     return _proper_state(y_codes, y_prob, sample_weight, "log_loss").log_loss()
 
 
-@validate_params(_COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
+@validate_params(COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
 def brier_score(y_true, y_prob, *, sample_weight=None, labels=None):
     r"""Multiclass Brier score: the mean squared distance to the one-hot label.
 
@@ -178,28 +123,7 @@ def brier_score(y_true, y_prob, *, sample_weight=None, labels=None):
     return _proper_state(y_codes, y_prob, sample_weight, "brier_score").brier_score()
 
 
-class BrierDecomposition(NamedTuple):
-    """Murphy's terms of the Brier score (see :func:`brier_score_decomposition`).
-
-    Attributes
-    ----------
-    reliability : float
-        Calibration term; 0 for forecasts that match the observed
-        frequencies of their bins. Lower is better.
-    resolution : float
-        How far the bins' observed frequencies are from the base rates.
-        Higher is better.
-    uncertainty : float
-        The Brier score of forecasting the base rates; depends on the labels
-        only.
-    """
-
-    reliability: float
-    resolution: float
-    uncertainty: float
-
-
-@validate_params(_BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
+@validate_params(BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
 def brier_score_decomposition(
     y_true, y_prob, *, n_bins=15, strategy="uniform", sample_weight=None, labels=None
 ):

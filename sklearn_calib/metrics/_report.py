@@ -12,6 +12,7 @@ from ._calibration import (
     maximum_calibration_error,
     rms_calibration_error,
 )
+from ._debiased import debiased_calibration_error
 from ._proper import brier_score, log_loss
 from ._smooth import smooth_calibration_error
 
@@ -43,6 +44,7 @@ REPORT_METRICS = {
     "classwise_ece": (classwise_calibration_error, True),
     "mce": (maximum_calibration_error, True),
     "rms_ce": (rms_calibration_error, True),
+    "debiased_ce": (debiased_calibration_error, True),
     "smooth_ece": (smooth_calibration_error, False),
     "nll": (log_loss, False),
     "brier": (brier_score, False),

@@ -36,6 +36,7 @@ from ._calibration import (
     maximum_calibration_error,
     rms_calibration_error,
 )
+from ._debiased import debiased_calibration_error
 from ._proper import brier_score, log_loss
 from ._selective import aurc, excess_aurc
 from ._sets import (
@@ -117,6 +118,13 @@ Pass the object (or ``get_scorer("neg_classwise_calibration_error")``) as
 ``scoring=``: scikit-learn does not know the name.
 """
 
+neg_debiased_calibration_error = _calibration_scorer(debiased_calibration_error)
+"""Scorer of :func:`debiased_calibration_error`, negated (greater is better).
+
+Pass the object (or ``get_scorer("neg_debiased_calibration_error")``) as
+``scoring=``: scikit-learn does not know the name.
+"""
+
 neg_smooth_calibration_error = _calibration_scorer(smooth_calibration_error)
 """Scorer of :func:`smooth_calibration_error`, negated (greater is better).
 
@@ -179,13 +187,14 @@ worst_class_coverage_scorer = _set_scorer(worst_class_coverage, greater_is_bette
 neg_mean_set_size = _set_scorer(mean_set_size_of_sets, greater_is_better=False)
 neg_median_set_size = _set_scorer(median_set_size_of_sets, greater_is_better=False)
 
-_SCORERS = {
+SCORERS = {
     "neg_expected_calibration_error": neg_expected_calibration_error,
     "neg_adaptive_calibration_error": neg_adaptive_calibration_error,
     "neg_maximum_calibration_error": neg_maximum_calibration_error,
     "neg_rms_calibration_error": neg_rms_calibration_error,
     "neg_classwise_calibration_error": neg_classwise_calibration_error,
     "neg_smooth_calibration_error": neg_smooth_calibration_error,
+    "neg_debiased_calibration_error": neg_debiased_calibration_error,
     "neg_multiclass_brier_score": neg_multiclass_brier_score,
     "neg_log_loss": neg_log_loss,
     "neg_aurc": neg_aurc,
@@ -252,8 +261,8 @@ def get_scorer(scoring):
     make_scorer(accuracy_score, response_method='predict')
     """
     if isinstance(scoring, str):
-        if scoring in _SCORERS:
-            return copy.deepcopy(_SCORERS[scoring])
+        if scoring in SCORERS:
+            return copy.deepcopy(SCORERS[scoring])
         if scoring not in _sklearn_get_scorer_names():
             raise ValueError(
                 f"{scoring!r} is not a valid scoring value. Use "
@@ -316,7 +325,7 @@ def get_scorers(names=None):
     (3,)
     """
     if names is None:
-        names = sorted(set(_SCORERS) - _SET_SCORER_NAMES)
+        names = sorted(set(SCORERS) - _SET_SCORER_NAMES)
     elif isinstance(names, str):
         raise TypeError(
             f"names must be a list of scorer names, got the string {names!r}; "
@@ -346,4 +355,4 @@ def get_scorer_names():
     >>> "roc_auc" in get_scorer_names()
     True
     """
-    return sorted(set(_SCORERS) | set(_sklearn_get_scorer_names()))
+    return sorted(set(SCORERS) | set(_sklearn_get_scorer_names()))

@@ -1,4 +1,7 @@
-"""Risk-coverage curve and AURC, published by :mod:`sklearn_calib.selective`."""
+"""Risk-coverage curve and AURC, published by :mod:`sklearn_calib.selective`.
+
+The public names are listed once, in :mod:`sklearn_calib.selective`.
+"""
 
 from numbers import Real
 from typing import NamedTuple
@@ -6,17 +9,12 @@ from typing import NamedTuple
 import numpy as np
 from scipy.special import digamma
 
-from ..utils._validation import check_metric_inputs, to_numpy
-from ._calibration import top_label
-
-__all__ = [
-    "RiskCoverageCurve",
-    "aurc",
-    "coverage_at_risk",
-    "excess_aurc",
-    "risk_coverage_curve",
-    "selective_risk",
-]
+from ..utils._validation import (
+    as_numpy_array,
+    check_labels_per_row,
+    check_metric_inputs,
+)
+from ._bin_statistics import top_label
 
 
 class RiskCoverageCurve(NamedTuple):
@@ -50,14 +48,9 @@ class _Statistics(NamedTuple):
 
 
 def _check_confidence(confidence, n_samples):
-    confidence = np.asarray(to_numpy(confidence))
-    if confidence.ndim == 2 and confidence.shape[1] == 1:
-        confidence = confidence[:, 0]
-    if confidence.ndim != 1 or confidence.shape[0] != n_samples:
-        raise ValueError(
-            f"confidence must hold one value per sample ({n_samples}); got shape "
-            f"{confidence.shape}."
-        )
+    confidence = check_labels_per_row(
+        as_numpy_array(confidence), n_samples, name="confidence", rows_of="y_prob"
+    )
     if not np.issubdtype(confidence.dtype, np.number) or confidence.dtype == bool:
         raise TypeError(f"confidence must hold numbers, got dtype {confidence.dtype}.")
     confidence = confidence.astype(np.float64, copy=False)
@@ -66,7 +59,7 @@ def _check_confidence(confidence, n_samples):
     return confidence
 
 
-def _selective_statistics(y_codes, y_prob, confidence, sample_weight):
+def selective_statistics(y_codes, y_prob, confidence, sample_weight):
     """Group the samples by decreasing confidence and sum weights and errors."""
     top_confidence, correct = top_label(y_prob, y_codes)
     if confidence is None:
@@ -126,11 +119,12 @@ def aurc_from_statistics(stats):
     return area, area - ideal
 
 
-def _statistics(y_true, y_prob, confidence, sample_weight, labels):
+def risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels):
+    """:func:`selective_statistics` of unvalidated metric inputs."""
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    return _selective_statistics(y_codes, y_prob, confidence, sample_weight)
+    return selective_statistics(y_codes, y_prob, confidence, sample_weight)
 
 
 def risk_coverage_curve(
@@ -175,7 +169,7 @@ def risk_coverage_curve(
     >>> curve.thresholds.tolist()
     [0.9, 0.8, 0.7, 0.6]
     """
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     return RiskCoverageCurve(
         coverage=stats.cum_mass / stats.total,
         risk=stats.cum_loss / stats.cum_mass,
@@ -226,7 +220,7 @@ def aurc(y_true, y_prob, *, confidence=None, sample_weight=None, labels=None):
     >>> round(aurc([0, 1, 0, 1], y_prob), 6)   # (0 + 0 + 1/3 + 1/2) / 4
     0.208333
     """
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     return aurc_from_statistics(stats)[0]
 
 
@@ -274,7 +268,7 @@ def excess_aurc(y_true, y_prob, *, confidence=None, sample_weight=None, labels=N
     >>> round(excess_aurc([1, 1, 0, 0], y_prob), 6)
     0.375
     """
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     return aurc_from_statistics(stats)[1]
 
 
@@ -329,7 +323,7 @@ def selective_risk(
     0.5
     """
     coverage = _check_fraction(coverage, "coverage")
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     accepted = coverage * stats.total
     group = int(np.searchsorted(stats.cum_mass, accepted * (1 - 1e-12), side="left"))
     group = min(group, len(stats.mass) - 1)
@@ -383,7 +377,7 @@ def coverage_at_risk(
     """
     if isinstance(risk, bool) or not isinstance(risk, Real) or not 0 <= risk <= 1:
         raise ValueError(f"risk must be a float in [0, 1], got {risk!r}.")
-    stats = _statistics(y_true, y_prob, confidence, sample_weight, labels)
+    stats = risk_coverage_statistics(y_true, y_prob, confidence, sample_weight, labels)
     rates = stats.cum_loss / stats.cum_mass
     # Rates are ratios of sums: a slack of a few ulps keeps a rate equal to
     # ``risk`` in exact arithmetic on the accepted side.

@@ -12,14 +12,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..utils._validation import check_sample_weight, encode_metric_labels, to_numpy
+from ..utils._validation import (
+    as_numpy_array,
+    check_sample_weight,
+    check_true_labels,
+    encode_metric_labels,
+)
 
 
 def _check_sets(y_set):
-    y_set = to_numpy(y_set)
-    if hasattr(y_set, "to_numpy") and not isinstance(y_set, np.ndarray):
-        y_set = y_set.to_numpy()
-    y_set = np.asarray(y_set)
+    y_set = as_numpy_array(y_set)
     if y_set.ndim != 2:
         raise ValueError(
             f"y_set must be 2-D (n_samples, n_classes) of booleans; got an array "
@@ -46,21 +48,7 @@ def _check_weights(sample_weight, y_set):
 
 def _check_set_inputs(y_true, y_set, sample_weight, labels):
     y_set = _check_sets(y_set)
-    y_true = to_numpy(y_true)
-    if hasattr(y_true, "to_numpy") and not isinstance(y_true, np.ndarray):
-        y_true = y_true.to_numpy()
-    y_true = np.asarray(y_true)
-    if y_true.ndim == 2 and y_true.shape[1] == 1:
-        y_true = y_true[:, 0]
-    if y_true.ndim != 1:
-        raise ValueError(
-            f"y_true must be 1-D (one label per sample); got shape {y_true.shape}."
-        )
-    if y_true.shape[0] != y_set.shape[0]:
-        raise ValueError(
-            "y_true and y_set have inconsistent numbers of samples: "
-            f"{y_true.shape[0]} and {y_set.shape[0]}."
-        )
+    y_true = check_true_labels(y_true, y_set.shape[0], rows_of="y_set")
     y_codes, classes = encode_metric_labels(y_true, y_set.shape[1], labels)
     return y_codes, y_set, _check_weights(sample_weight, y_set), classes
 
@@ -251,7 +239,7 @@ def size_stratified_coverage(
         strata, index = np.unique(sizes, return_inverse=True)
         n_strata = strata.shape[0]
     else:
-        edges = np.asarray(to_numpy(bins))
+        edges = as_numpy_array(bins)
         if (
             edges.ndim != 1
             or edges.shape[0] < 2

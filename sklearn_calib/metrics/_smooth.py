@@ -30,7 +30,8 @@ from scipy import fft
 
 from ..utils._compat import Interval, validate_params
 from ..utils._validation import check_metric_inputs
-from ._calibration import _COMMON_CONSTRAINTS, _slabs, top_label
+from ._bin_statistics import slabs, top_label
+from ._calibration import COMMON_CONSTRAINTS
 
 _DENSITY_EPS = 1e-4
 _MIN_BANDWIDTH = 1e-3
@@ -103,7 +104,7 @@ class _Batch:
                         lower, weights=values, minlength=grid - 1
                     )
             return out
-        for rows in _slabs(*self._weights.shape):
+        for rows in slabs(*self._weights.shape):
             slab = self._weights[rows]
             size = slab.shape[0]
             keys = (lower + (grid - 1) * np.arange(size)[:, None]).ravel()
@@ -203,7 +204,7 @@ class _Batch:
 
 @validate_params(
     {
-        **_COMMON_CONSTRAINTS,
+        **COMMON_CONSTRAINTS,
         "bandwidth": [Interval(Real, 0, None, closed="neither"), None],
         "return_bandwidth": ["boolean"],
     },
@@ -291,7 +292,7 @@ def smooth_calibration_error(
     return float(values[0])
 
 
-class _SmoothMetric:
+class SmoothMetric:
     """Adapter giving the smooth ECE the bootstrap's ``evaluate(W)`` shape."""
 
     def __init__(self, y_codes, y_prob, *, bandwidth=None):

@@ -7,8 +7,8 @@ considered for the common tests.
 
 import numpy as np
 
-from .._binning.histogram import IsotonicCalibration
-from .._scaling.affine import TemperatureScaling
+from .._binning.isotonic import IsotonicCalibration
+from .._scaling.temperature import TemperatureScaling
 
 # Constructor parameters that keep the common tests fast. An empty dict means
 # the defaults are already fast.

@@ -13,6 +13,7 @@ from sklearn.utils import assert_all_finite, column_or_1d
 from sklearn.utils.multiclass import check_classification_targets
 
 from ._compat import _check_sample_weight, validate_data
+from ._math import row_blocks
 
 _DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -37,6 +38,35 @@ def to_numpy(X):
     if isinstance(X, np.ndarray) and X.dtype == np.float16:
         return X.astype(np.float32)
     return X
+
+
+def as_numpy_array(values):
+    """``values`` (a torch tensor, a pandas object, any array-like) as a numpy array."""
+    values = to_numpy(values)
+    if hasattr(values, "to_numpy") and not isinstance(values, np.ndarray):
+        values = values.to_numpy()
+    return np.asarray(values)
+
+
+def check_true_labels(y_true, n_samples, *, rows_of="y_prob"):
+    """``y_true`` as a 1-D array of one label per row of ``rows_of``.
+
+    A column vector is flattened; any other shape, or another number of
+    labels than ``n_samples``, raises a ``ValueError``.
+    """
+    y_true = as_numpy_array(y_true)
+    if y_true.ndim == 2 and y_true.shape[1] == 1:
+        y_true = y_true[:, 0]
+    if y_true.ndim != 1:
+        raise ValueError(
+            f"y_true must be 1-D (one label per sample); got shape {y_true.shape}."
+        )
+    if y_true.shape[0] != n_samples:
+        raise ValueError(
+            f"y_true and {rows_of} have inconsistent numbers of samples: "
+            f"{y_true.shape[0]} and {n_samples}."
+        )
+    return y_true
 
 
 def check_device(device):
@@ -103,9 +133,7 @@ def as_float_2d(X, *, input_name="X", what="logits"):
     one with more than two dimensions. ``what`` says what the numbers are,
     for the messages.
     """
-    if hasattr(X, "to_numpy") and not isinstance(X, np.ndarray):
-        X = X.to_numpy()
-    X = np.asarray(to_numpy(X))
+    X = as_numpy_array(X)
     if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
         raise TypeError(
             f"{input_name} must hold numbers ({what}), got an array of dtype {X.dtype}."
@@ -582,10 +610,9 @@ def _check_probability_values(y_prob, input_name, *, binary):
     # small: large fresh arrays cost more in page faults than in arithmetic.
     n_samples, n_classes = y_prob.shape
     ones = np.ones(n_classes, y_prob.dtype)
-    step = max(1, 2**18 // n_classes)
     lowest, worst = [], []
-    for start in range(0, n_samples, step):
-        block = y_prob[start : start + step]
+    for rows in row_blocks(n_samples, n_classes):
+        block = y_prob[rows]
         lowest.append(block.min())
         row_sum = block[:, 0] if binary else block @ ones
         # A binary column only has to stay below 1.
@@ -706,21 +733,7 @@ def check_metric_inputs(y_true, y_prob, *, sample_weight=None, labels=None):
     classes : ndarray of shape (n_classes,)
     """
     y_prob = check_probabilities(y_prob)
-    y_true = to_numpy(y_true)
-    if hasattr(y_true, "to_numpy") and not isinstance(y_true, np.ndarray):
-        y_true = y_true.to_numpy()
-    y_true = np.asarray(y_true)
-    if y_true.ndim == 2 and y_true.shape[1] == 1:
-        y_true = y_true[:, 0]
-    if y_true.ndim != 1:
-        raise ValueError(
-            f"y_true must be 1-D (one label per sample); got shape {y_true.shape}."
-        )
-    if y_true.shape[0] != y_prob.shape[0]:
-        raise ValueError(
-            "y_true and y_prob have inconsistent numbers of samples: "
-            f"{y_true.shape[0]} and {y_prob.shape[0]}."
-        )
+    y_true = check_true_labels(y_true, y_prob.shape[0])
     y_codes, classes = encode_metric_labels(y_true, y_prob.shape[1], labels)
     if sample_weight is not None:
         sample_weight = check_sample_weight(sample_weight, y_prob)

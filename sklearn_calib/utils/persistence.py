@@ -36,10 +36,10 @@ def _scorer_types():
     by its name (a wrapper made at import time) is left out: skops would
     load another function in its place.
     """
-    from ..metrics._scorer import _SCORERS
+    from ..metrics._scorer import SCORERS
 
     names = set()
-    for scorer in _SCORERS.values():
+    for scorer in SCORERS.values():
         names.add(_qualified_name(type(scorer)))
         func = getattr(scorer, "_score_func", None)
         if func is not None and _resolves_to_itself(func):

@@ -7,7 +7,7 @@ from sklearn.calibration import calibration_curve
 from sklearn.isotonic import IsotonicRegression
 
 from sklearn_calib import HistogramBinning, IsotonicCalibration
-from sklearn_calib._binning.histogram import softmax_log_odds
+from sklearn_calib._binning.one_vs_rest import softmax_log_odds
 from sklearn_calib.metrics import expected_calibration_error
 from sklearn_calib.utils._testing import make_logits
 

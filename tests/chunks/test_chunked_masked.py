@@ -28,8 +28,8 @@ from sklearn_calib.metrics import (
 from sklearn_calib.metrics._chunked import CHUNKED_METRICS
 from sklearn_calib.utils._math import softmax
 
-from .test_chunked import random_chunks, relative, toy_logits
 from ..test_masked import llm_like_masks
+from .test_chunked import random_chunks, relative, toy_logits
 
 
 def masked_logits(n_samples, n_classes, *, seed, dtype=np.float64, dead=True):

@@ -68,7 +68,14 @@ def golden_cases():
         if set_name == "c10_densenet40_guo":
             for name in CHUNKED:
                 cls = dict(all_calibrators())[name]
-                yield f"{set_name}/{name}/chunks", cls, X_val, y_val, X_test[:N_TEST], True
+                yield (
+                    f"{set_name}/{name}/chunks",
+                    cls,
+                    X_val,
+                    y_val,
+                    X_test[:N_TEST],
+                    True,
+                )
     (X_val, y_val), (X_test, _) = binary_problem()
     cls = dict(all_calibrators())["PlattScaling"]
     yield "c10_cat_dog/PlattScaling/chunks", cls, X_val, y_val, X_test[:N_TEST], True
@@ -78,7 +85,10 @@ def predict(cls, X_val, y_val, X_test, chunked):
     estimator = make_estimator(cls)
     if chunked:
         bounds = np.linspace(0, len(y_val), 5).astype(int)
-        chunks = [(X_val[a:b], y_val[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        chunks = [
+            (X_val[a:b], y_val[a:b])
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
         estimator.fit_chunks(chunks)
     else:
         estimator.fit(X_val, y_val)

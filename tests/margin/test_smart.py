@@ -101,7 +101,7 @@ def flat_reference_grad(net):
 
 def our_loss_and_grad(net, logits, y, weights, loss, dtype, **bins):
     """Our hand-written loss and gradient at the parameters of ``net``."""
-    from sklearn_calib._margin.smart import logit_margins
+    from sklearn_calib._margin.features import logit_margins
     from sklearn_calib._torch import _smart
 
     X = logits.numpy()
@@ -120,7 +120,7 @@ def our_loss_and_grad(net, logits, y, weights, loss, dtype, **bins):
     linears = [m for m in net if isinstance(m, torch.nn.Linear)]
     coefs = [m.weight.detach().numpy().T for m in linears]
     intercepts = [m.bias.detach().numpy() for m in linears]
-    network = _smart._Network(coefs, intercepts, problem.dtype, torch.device("cpu"))
+    network = _smart.SmartNetwork(coefs, intercepts, problem.dtype, torch.device("cpu"))
     params = {"n_bins": 15, "sigma": 0.05, "delta": 1e-3, **bins}
     soft_bins = _smart.make_bins(problem, loss, **params)
     out = torch.empty((), dtype=problem.dtype)

@@ -358,7 +358,7 @@ def test_platt_with_the_smallest_weights_fits_platts_targets():
 
 
 def unusable_hessian(value):
-    """A stand-in for _Objective.hessian: value times the identity."""
+    """A stand-in for AffineObjective.hessian: value times the identity."""
 
     def hessian(self, theta):
         import torch
@@ -374,9 +374,9 @@ def unusable_hessian(value):
 def test_solver_loops_are_bounded_when_the_hessian_is_unusable(monkeypatch, value):
     # A Hessian that is not finite, or not positive definite, exhausts the
     # bounded ridge increases; the solver then takes gradient steps.
-    from sklearn_calib._torch import _affine
+    from sklearn_calib._torch._affine_objective import AffineObjective
 
-    monkeypatch.setattr(_affine._Objective, "hessian", unusable_hessian(value))
+    monkeypatch.setattr(AffineObjective, "hessian", unusable_hessian(value))
     X, y = make_logits(n_samples=200, n_classes=3, seed=9)
     with deadline(), warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
@@ -397,10 +397,10 @@ def test_refuses_what_float64_cannot_hold_with_a_clear_message():
 def test_spaced_rows_stay_in_range_beyond_float32_precision():
     import torch
 
-    from sklearn_calib._torch._affine import _spaced_rows
+    from sklearn_calib._torch._affine_objective import spaced_rows
 
     for n_rows in (2**24 + 1, 20_000_000, 2**31 + 7):
-        rows = _spaced_rows(n_rows, 1024, torch.device("cpu"))
+        rows = spaced_rows(n_rows, 1024, torch.device("cpu"))
         assert rows[0] == 0 and rows[-1] == n_rows - 1
         assert bool((rows[1:] > rows[:-1]).all())
 

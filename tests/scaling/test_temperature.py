@@ -457,9 +457,9 @@ def test_spaced_rows_are_exact_above_2_to_the_24(n_rows):
     # Found: a float32 linspace rounded the last index of 2e7 rows up to
     # 20,000,000, one past the end (IndexError in the fit of 2e7 x 10 float32).
     torch = pytest.importorskip("torch")
-    from sklearn_calib._torch._temperature import WARM_START_ROWS, _spaced_rows
+    from sklearn_calib._torch._temperature import WARM_START_ROWS, spaced_rows
 
-    rows = _spaced_rows(n_rows, torch.device("cpu")).numpy()
+    rows = spaced_rows(n_rows, torch.device("cpu")).numpy()
     assert rows.dtype == np.int64
     assert rows[0] == 0 and rows[-1] == n_rows - 1
     assert np.all(np.diff(rows) > 0)
@@ -468,9 +468,9 @@ def test_spaced_rows_are_exact_above_2_to_the_24(n_rows):
 
 def test_spaced_rows_of_small_problems_are_every_row():
     torch = pytest.importorskip("torch")
-    from sklearn_calib._torch._temperature import WARM_START_ROWS, _spaced_rows
+    from sklearn_calib._torch._temperature import WARM_START_ROWS, spaced_rows
 
     for n_rows in (1, 7, WARM_START_ROWS):
         np.testing.assert_array_equal(
-            _spaced_rows(n_rows, torch.device("cpu")).numpy(), np.arange(n_rows)
+            spaced_rows(n_rows, torch.device("cpu")).numpy(), np.arange(n_rows)
         )

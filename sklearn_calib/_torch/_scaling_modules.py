@@ -1,4 +1,4 @@
-"""``nn.Module`` exports of fitted calibrators, for deployment beside a network.
+"""``nn.Module`` exports of the temperature and affine maps, beside a network.
 
 Every export holds its fitted values in buffers and has no parameters: it
 moves with ``.to(device)``, is saved in ``state_dict()``, and no optimizer
@@ -44,68 +44,7 @@ class TemperatureModule(nn.Module):
         return torch.log_softmax(logits * scale.to(logits.dtype), dim=-1)
 
 
-class _FrozenLinear(nn.Module):
-    """``x @ weight.T + bias`` with the weights in buffers, not parameters.
-
-    A calibrator's export is fitted state: buffers are never returned by
-    ``parameters()``, so an optimizer over a parent module cannot change
-    them, and ``requires_grad_()`` on the parent cannot unfreeze them.
-    """
-
-    def __init__(self, coef, intercept):
-        super().__init__()
-        # coef is (n_in, n_out) as in MLPClassifier; nn.Linear's layout is its
-        # transpose.
-        weight = torch.as_tensor(coef, dtype=torch.float64).T.contiguous().clone()
-        self.register_buffer("weight", weight)
-        self.register_buffer(
-            "bias", torch.as_tensor(intercept, dtype=torch.float64).clone()
-        )
-
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
-        return nn.functional.linear(inputs, self.weight, self.bias)
-
-
-class SmartModule(nn.Module):
-    """Maps logits to calibrated log-probabilities: log_softmax(z / T(m)).
-
-    ``m`` is the gap between the two largest logits, standardised with the
-    calibration statistics, and T(m) = softplus(MLP(m)) + 0.1 (SMART). The
-    network computes in the dtype of its buffers (float64 unless converted);
-    like every export, it holds buffers only and no trainable parameter. A
-    single score column ``s`` is read as the logits (0, s). ``-inf`` logits
-    (masked classes) get log-probability ``-inf``.
-    """
-
-    def __init__(self, margin_mean: float, margin_std: float, coefs, intercepts):
-        super().__init__()
-        for name, value in (("margin_mean", margin_mean), ("margin_std", margin_std)):
-            self.register_buffer(name, torch.tensor(value, dtype=torch.float64))
-        layers: list[nn.Module] = []
-        for index, (coef, intercept) in enumerate(zip(coefs, intercepts, strict=True)):
-            layers.append(_FrozenLinear(coef, intercept))
-            if index < len(coefs) - 1:
-                layers.append(nn.ReLU())
-        self.network = nn.Sequential(*layers)
-
-    def forward(self, logits: torch.Tensor) -> torch.Tensor:
-        if logits.shape[-1] == 1:
-            logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
-        dtype = self.margin_mean.dtype
-        top2 = torch.topk(logits, 2, dim=-1).values.to(dtype)
-        margin = (top2[..., 0] - top2[..., 1] - self.margin_mean) / self.margin_std
-        # A single finite logit (the rest masked with -inf) gives an infinite
-        # margin; the row is one-hot at any temperature, which is taken at the
-        # mean margin (as predict_proba does) instead of the network's limit.
-        margin = torch.where(torch.isfinite(margin), margin, torch.zeros_like(margin))
-        raw = self.network(margin.unsqueeze(-1)).squeeze(-1)
-        temperature = nn.functional.softplus(raw) + 0.1
-        scale = temperature.reciprocal().to(logits.dtype)
-        shifted = logits - logits.amax(dim=-1, keepdim=True)
-        return torch.log_softmax(shifted * scale.unsqueeze(-1), dim=-1)
-
-
-def _binary_as_two_logits(logits: torch.Tensor) -> torch.Tensor:
+def binary_as_two_logits(logits: torch.Tensor) -> torch.Tensor:
     """A single score column s (binary problem) becomes the logits (0, s)."""
     if logits.shape[-1] == 1:
         logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
@@ -144,7 +83,7 @@ class VectorScalingModule(nn.Module):
         dtype = logits.dtype
         if self.in_float64:
             logits = logits.to(torch.float64)
-        logits = _binary_as_two_logits(logits)
+        logits = binary_as_two_logits(logits)
         masked = torch.isneginf(logits)
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
@@ -179,7 +118,7 @@ class MatrixScalingModule(nn.Module):
         dtype = logits.dtype
         if self.in_float64:
             logits = logits.to(torch.float64)
-        logits = _binary_as_two_logits(logits)
+        logits = binary_as_two_logits(logits)
         masked = torch.isneginf(logits)
         if self.log_probabilities:
             logits = torch.log_softmax(logits, dim=-1)
@@ -222,3 +161,128 @@ class PlattModule(nn.Module):
         masked = torch.cat([negative_masked, positive_masked], dim=-1)
         out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
         return out.to(dtype)
+
+
+def _quarter_max(dtype: torch.dtype) -> float:
+    """A quarter of the largest finite value of ``dtype`` (TorchScript has no finfo)."""
+    if dtype == torch.float64:
+        return 4.49423283715579e307
+    if dtype == torch.float16:
+        return 16376.0
+    return 8.507059173023462e37  # float32 and bfloat16
+
+
+class EnsembleTemperatureModule(nn.Module):
+    """log(w0 softmax(z / T) + w1 softmax(z) + w2 uniform over unmasked classes)."""
+
+    def __init__(self, temperature: float, weights):
+        super().__init__()
+        self.register_buffer(
+            "inverse_temperature", torch.tensor(1.0 / temperature, dtype=torch.float64)
+        )
+        self.register_buffer(
+            "log_weights",
+            torch.log(torch.as_tensor(weights, dtype=torch.float64).clone()),
+        )
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        dtype = logits.dtype
+        logits = binary_as_two_logits(logits.to(torch.float64))
+        log_w = self.log_weights
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        scaled = torch.log_softmax(shifted * self.inverse_temperature, -1)
+        raw = torch.log_softmax(shifted, dim=-1)
+        unmasked = torch.isfinite(logits)
+        count = unmasked.sum(dim=-1, keepdim=True).to(torch.float64)
+        uniform = torch.where(
+            unmasked, -torch.log(count), torch.full_like(logits, float("-inf"))
+        )
+        parts = torch.stack(
+            [scaled + log_w[0], raw + log_w[1], uniform + log_w[2]], dim=0
+        )
+        return torch.logsumexp(parts, dim=0).to(dtype)
+
+
+class StructuredScalingModule(nn.Module):
+    """log_softmax(A f(z) + b), f(z) = log((1 - e) softmax(z / T) + e / K_row).
+
+    ``A`` is a full matrix (``matrix=True``, a masked class entering the
+    mixing as the lowest unmasked feature of its row) or a vector of scales.
+    ``K_row`` counts the unmasked classes of the row.
+    """
+
+    def __init__(self, temperature: float, mix_weight: float, coef, intercept, matrix):
+        super().__init__()
+        self.matrix = bool(matrix)
+        self.register_buffer(
+            "inverse_temperature", torch.tensor(1.0 / temperature, dtype=torch.float64)
+        )
+        self.register_buffer(
+            "log_mix",
+            torch.log(
+                torch.tensor([1.0 - mix_weight, mix_weight], dtype=torch.float64)
+            ),
+        )
+        self.register_buffer("coef", torch.as_tensor(coef, dtype=torch.float64).clone())
+        self.register_buffer(
+            "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
+        )
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        dtype = logits.dtype
+        logits = binary_as_two_logits(logits.to(torch.float64))
+        masked = torch.isneginf(logits)
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
+        scaled = torch.log_softmax(shifted * self.inverse_temperature, -1)
+        count = (~masked).sum(dim=-1, keepdim=True).to(torch.float64)
+        log_mix = self.log_mix
+        features = torch.logaddexp(scaled + log_mix[0], log_mix[1] - torch.log(count))
+        if self.matrix:
+            lowest = features.masked_fill(masked, float("inf")).amin(-1, keepdim=True)
+            inputs = torch.where(masked, lowest, features)
+            out = inputs @ self.coef.T + self.intercept
+        else:
+            inputs = features.masked_fill(masked, 0.0)
+            out = inputs * self.coef + self.intercept
+        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+        return out.to(dtype)
+
+
+class BinaryFeatureModule(nn.Module):
+    """log_softmax((0, f(s))) for beta calibration or quadratic scaling of s.
+
+    ``kind="beta"``: f = c + a log_sigmoid(s) + b softplus(s);
+    ``kind="quadratic"``: f = c + u (a + b u) with u = s / scale. A row with
+    a masked logit keeps its certain prediction.
+    """
+
+    def __init__(self, kind: str, a: float, b: float, c: float, scale: float):
+        super().__init__()
+        self.kind = kind
+        self.register_buffer(
+            "params", torch.tensor([a, b, c, scale], dtype=torch.float64)
+        )
+
+    def forward(self, logits: torch.Tensor) -> torch.Tensor:
+        dtype = logits.dtype
+        logits = binary_as_two_logits(logits.to(torch.float64))
+        params = self.params
+        masked = (logits == float("-inf")).any(dim=-1)
+        score = logits[..., 1] - logits[..., 0]
+        bound = _quarter_max(logits.dtype)
+        s = torch.nan_to_num(score, nan=0.0).clamp(-bound, bound)
+        zero = torch.zeros_like(s)
+        if self.kind == "beta":
+            # log_sigmoid(s) = -logaddexp(0, -s), softplus(s) = logaddexp(0, s)
+            f = (
+                params[2]
+                - params[0] * torch.logaddexp(zero, -s)
+                + params[1] * torch.logaddexp(zero, s)
+            )
+        else:
+            u = s / params[3]
+            f = params[2] + u * (params[0] + params[1] * u)
+        f = torch.clamp(f, -bound, bound)
+        calibrated = torch.stack([zero, f], dim=-1)
+        out = torch.where(masked.unsqueeze(-1), logits, calibrated)
+        return torch.log_softmax(out, dim=-1).to(dtype)

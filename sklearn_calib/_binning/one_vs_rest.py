@@ -1,0 +1,166 @@
+"""Non-parametric calibrators: isotonic regression and histogram binning.
+
+Both map the softmax probabilities of the logits (numpy, scipy and
+scikit-learn only; no torch). Two ways to apply a binary map to a
+multiclass problem:
+
+- ``"ovr"`` (one-vs-rest): one map per class on ``softmax(z)_k`` against
+  ``1[y = k]``, then each row is renormalised to sum to 1.
+- ``"top_label"``: one map on the confidence ``max_k softmax(z)_k`` against
+  the correctness of the argmax; the other classes are rescaled by
+  ``(1 - new) / (1 - old)`` so that the row still sums to 1.
+
+Histogram binning bins the probabilities themselves. Isotonic regression
+regresses on their log-odds ``log(p_k / (1 - p_k))``, computed from the logits
+(``z_k - logsumexp_{j != k} z_j``): the same order as ``p_k``, but without the
+saturation of float64 probabilities, which round to 1.0 once a logit leads the
+others by about 36.7 and would then tie samples that the logits still rank.
+
+Calibrated probabilities are floored at ``PROBA_FLOOR`` before the
+renormalisation, so that :meth:`transform` (log-probabilities) never returns
+``-inf`` for a class with a finite logit. A one-vs-rest row whose calibrated
+values are all zero falls back to the uncalibrated softmax row.
+
+Masked classes (``-inf`` logits) keep probability exactly 0. They are left out
+of the fit of their class's one-vs-rest map (the model rules them out; they say
+nothing about how its other probabilities are calibrated), and a class with no
+unmasked calibration sample keeps the identity map (isotonic) or the bin
+mid-points (histogram): no data, no correction.
+"""
+
+import numpy as np
+
+from ..utils._math import softmax
+
+PROBA_FLOOR = 1e-12
+
+
+def probabilities(logits):
+    return softmax(np.asarray(logits, dtype=np.float64))
+
+
+def softmax_log_odds(logits):
+    """``log(p_k / (1 - p_k))`` of every softmax probability, stably, in float64.
+
+    The log-odds of class ``k`` are ``z_k - logsumexp_{j != k} z_j``. For a
+    class below the row maximum ``m``, ``logsumexp_{j != k} z_j = m + log(S -
+    e_k)`` with ``e = exp(z - m)`` and ``S = sum(e)``, where ``S - e_k >= 1``
+    loses nothing to cancellation. For the maximal class the others' sum is
+    taken relative to the runner-up, so the result stays finite whatever the
+    gap (the probability rounds to 1.0 in float64 beyond a gap of ~36.7).
+    Values are clipped to the finite float64 range.
+
+    Parameters
+    ----------
+    logits : ndarray of shape (n_samples, n_classes)
+
+    Returns
+    -------
+    log_odds : ndarray of shape (n_samples, n_classes) of float64
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    rows = np.arange(z.shape[0])
+    top = z.argmax(axis=1)
+    peak = z[rows, top][:, None]
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        shifted = z - peak
+        exp = np.exp(shifted)
+        out = shifted - np.log(exp.sum(axis=1, keepdims=True) - exp)
+        others = z.copy()
+        others[rows, top] = -np.inf
+        second = others.max(axis=1, keepdims=True)
+        rest = np.exp(others - second).sum(axis=1)
+        out[rows, top] = (peak - second)[:, 0] - np.log(rest)
+    # A row with a single finite logit (masked classes) gives +-inf and NaN
+    # where the ranking is still clear: the ends of the float64 range.
+    out[np.isnan(out)] = np.inf
+    return np.clip(out, -np.finfo(np.float64).max, np.finfo(np.float64).max)
+
+
+def top_label_targets(proba, y):
+    """Confidence of the predicted class and whether it is correct."""
+    predicted = proba.argmax(axis=1)
+    confidence = proba[np.arange(proba.shape[0]), predicted]
+    return predicted, confidence, (predicted == y).astype(np.float64)
+
+
+def binary_problems(proba, y, mode, sample_weight, masked):
+    """(scores, 0/1 targets, weights) of each binary map: per class, or the top label.
+
+    ``proba`` may be any order-preserving representation of the probabilities
+    (the log-odds for isotonic regression). A class's map is fitted on the rows
+    where that class is not masked. Only the ratios of the weights matter: they
+    are divided by their maximum, so that their scale (1e-310 or 1e300) changes
+    no sum's precision.
+    """
+    sample_weight = sample_weight / sample_weight.max()
+    if mode == "top_label":
+        _, scores, targets = top_label_targets(proba, y)
+        return [(scores, targets, sample_weight)]
+    problems = []
+    for k in range(proba.shape[1]):
+        scores, targets = proba[:, k], (y == k).astype(np.float64)
+        if masked is not None and masked[:, k].any():
+            keep = ~masked[:, k]
+            scores, targets = scores[keep], targets[keep]
+            problems.append((scores, targets, sample_weight[keep]))
+        else:
+            problems.append((scores, targets, sample_weight))
+    return problems
+
+
+def masked_classes(logits):
+    """Boolean mask of the ``-inf`` (masked) logits, or None when there are none."""
+    masked = np.isneginf(logits)
+    return masked if masked.any() else None
+
+
+def apply_top_label(proba, new_confidence, masked=None, predicted=None):
+    """Set the predicted class to ``new_confidence`` and rescale the others."""
+    rows = np.arange(proba.shape[0])
+    if predicted is None:
+        predicted = proba.argmax(axis=1)
+    old = proba[rows, predicted]
+    rest = 1.0 - old
+    out = proba.copy()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        scale = np.where(rest > 0, (1.0 - new_confidence) / rest, 0.0)
+    out *= scale[:, None]
+    # A row whose other classes were exactly 0 shares the freed mass equally
+    # among its other unmasked classes; with none (every other class masked)
+    # the row stays one-hot.
+    degenerate = rest <= 0
+    if np.any(degenerate):
+        open_classes = np.ones((int(degenerate.sum()), proba.shape[1]), dtype=bool)
+        if masked is not None:
+            open_classes &= ~masked[degenerate]
+        open_classes[np.arange(open_classes.shape[0]), predicted[degenerate]] = False
+        n_open = open_classes.sum(axis=1)
+        share = np.where(n_open > 0, 1.0 - new_confidence[degenerate], 0.0)
+        out[degenerate] = open_classes * (share / np.maximum(n_open, 1))[:, None]
+        new_confidence = new_confidence.copy()
+        new_confidence[degenerate] = np.where(
+            n_open > 0, new_confidence[degenerate], 1.0
+        )
+    out[rows, predicted] = new_confidence
+    return out
+
+
+def finish_one_vs_rest(calibrated, uncalibrated, masked=None):
+    """Floor, fall back for empty rows, renormalise, and return log-probabilities.
+
+    Masked entries (``masked``, ``-inf`` logits) stay exactly 0: log-probability
+    ``-inf``.
+    """
+    calibrated = np.clip(calibrated, 0.0, 1.0)
+    if masked is not None:
+        calibrated[masked] = 0.0
+    empty = calibrated.sum(axis=1) <= 0
+    if np.any(empty):
+        calibrated[empty] = uncalibrated[empty]
+    np.maximum(calibrated, PROBA_FLOOR, out=calibrated)
+    if masked is not None:
+        calibrated[masked] = 0.0
+    calibrated /= calibrated.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore"):  # log(0) = -inf for masked classes
+        return np.log(calibrated)

@@ -1,0 +1,698 @@
+"""Logistic recalibration statistics: calibration intercept and slope, and tests.
+
+Cox (1958) fits ``logit P(y = 1) = a + b * logit(p)`` to the outcomes by
+maximum likelihood. Two fits, two intercepts, which tools name differently:
+
+- the **calibration slope** ``b`` and the **joint intercept** ``a`` of the
+  two-parameter fit (R ``rms::val.prob``'s "Intercept" and "Slope");
+- the **calibration intercept** (calibration-in-the-large) ``a`` of the fit
+  with ``b`` fixed at 1, the logit of the predictions entering as an offset
+  (TRIPOD, Van Calster et al. 2019, ``CalibrationCurves::val.prob.ci.2``).
+
+The likelihoods are maximised by Newton's method with step halving in
+float64 (a concave problem: the optimum is exact to rounding), with a
+:class:`~sklearn.exceptions.ConvergenceWarning` when the iteration limit is
+reached (complete separation). Wald intervals use the inverse observed
+information; profile-likelihood intervals solve
+``2 (l_max - l_profile(theta)) = chi2_1(level)`` by Brent's method on each
+side.
+
+Weights: the estimates are weighted maximum-likelihood estimates. Intervals,
+tests and indices treat the weights as relative: they are rescaled to sum to
+Kish's effective sample size ``(sum w)^2 / sum w^2``, so that multiplying
+every weight by a constant changes nothing and unit weights give the
+unweighted statistics.
+
+Probabilities of exactly 0 or 1 have infinite logits; they are clipped to
+``[eps, 1 - eps]`` with ``eps`` the float64 machine epsilon (logits of about
++-36), where R's ``val.prob`` drops them from the logistic fits.
+"""
+
+import warnings
+from numbers import Integral, Real
+from typing import NamedTuple
+
+import numpy as np
+from scipy import special, stats
+from sklearn.exceptions import ConvergenceWarning
+
+from ..utils._compat import Interval, StrOptions, validate_params
+from ..utils._validation import check_metric_inputs
+from ._bin_statistics import top_label
+
+LOGIT_EPS = np.finfo(np.float64).eps
+_MAX_NEWTON = 100
+_MAX_BRACKET = 60
+
+_COMMON = {
+    "y_true": ["array-like"],
+    "y_prob": ["array-like"],
+    "sample_weight": ["array-like", None],
+    "labels": ["array-like", None],
+}
+_MULTICLASS = [StrOptions({"top-label", "classwise"})]
+
+
+# --- inputs --------------------------------------------------------------------
+
+
+def binary_problems(y_true, y_prob, sample_weight, labels, multiclass="top-label"):
+    """The binary problems ``(p, y, w)`` a statistic is computed on.
+
+    Two columns: the positive (second) column against ``y == classes[1]``.
+    More: the top-label confidence against correctness, or (``"classwise"``)
+    each column against its class (one-vs-rest). ``p`` and ``w`` are float64;
+    ``w`` is rescaled to sum to the effective sample size.
+
+    Returns
+    -------
+    problems : list of (p, y, w) tuples
+    names : list
+        The class of each problem, or ``None`` for one problem.
+    """
+    y_codes, proba, sample_weight, classes = check_metric_inputs(
+        y_true, y_prob, sample_weight=sample_weight, labels=labels
+    )
+    if sample_weight is None:
+        weights = np.ones(proba.shape[0])
+    else:
+        total = sample_weight.sum()
+        effective = total**2 / np.sum(sample_weight**2)
+        weights = sample_weight * (effective / total)
+    if proba.shape[1] == 2:
+        problems = [(proba[:, 1].astype(np.float64), (y_codes == 1), weights)]
+        return problems, [None]
+    if multiclass == "top-label":
+        confidence, correct = top_label(proba, y_codes)
+        return [(confidence.astype(np.float64), correct, weights)], [None]
+    problems = [
+        (proba[:, k].astype(np.float64), y_codes == k, weights)
+        for k in range(proba.shape[1])
+    ]
+    return problems, list(classes)
+
+
+def clipped_logit(p):
+    """``logit(p)`` with ``p`` clipped to ``[eps, 1 - eps]``."""
+    return special.logit(np.clip(p, LOGIT_EPS, 1.0 - LOGIT_EPS))
+
+
+# --- weighted logistic likelihood -------------------------------------------------
+
+
+def log_likelihood(eta, y, w):
+    """``sum_i w_i [y_i eta_i - log(1 + exp(eta_i))]``, stably."""
+    softplus = np.maximum(eta, 0.0) + np.log1p(np.exp(-np.abs(eta)))
+    return float(np.dot(w, np.where(y, eta, 0.0)) - np.dot(w, softplus))
+
+
+class LogisticFit(NamedTuple):
+    coef: np.ndarray
+    loglik: float
+    covariance: np.ndarray
+    residual: np.ndarray
+
+
+def _newton(X, y, w, offset, beta):
+    """Plain Newton iterations; None when they do not converge.
+
+    From a reasonable start (zeros, or the previous solution of a profile)
+    Newton's method converges quadratically on this concave problem in a
+    few steps; each costs one pass of ``expit`` over the data and no
+    likelihood evaluation, which is most of the speed on millions of rows.
+    A vanishing Newton step means a vanishing gradient, hence the maximum
+    of the concave likelihood, whatever path led there.
+    """
+    for _ in range(_MAX_NEWTON):
+        eta = offset + X @ beta
+        mu = special.expit(eta)
+        gradient = X.T @ (w * (y - mu))
+        hessian = (X * (w * mu * (1.0 - mu))[:, None]).T @ X
+        try:
+            step = np.linalg.solve(hessian, gradient)
+        except np.linalg.LinAlgError:
+            return None
+        if not np.all(np.isfinite(step)) or np.max(np.abs(step)) > 50:
+            return None
+        beta = beta + step
+        if np.all(np.abs(step) <= 1e-9 * (1.0 + np.abs(beta))):
+            eta = offset + X @ beta
+            return beta, eta, log_likelihood(eta, y, w)
+    return None
+
+
+def _damped_newton(X, y, w, offset, beta):
+    """Newton's method with step halving; warns when it stops short."""
+    eta = offset + X @ beta
+    loglik = log_likelihood(eta, y, w)
+    converged = False
+    for _ in range(_MAX_NEWTON):
+        mu = special.expit(eta)
+        gradient = X.T @ (w * (y - mu))
+        hessian = (X * (w * mu * (1.0 - mu))[:, None]).T @ X
+        try:
+            step = np.linalg.solve(hessian, gradient)
+        except np.linalg.LinAlgError:
+            step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
+        # The Newton decrement: the predicted gain of the step.
+        decrement = float(gradient @ step)
+        scale = 1.0
+        for _ in range(60):
+            candidate = beta + scale * step
+            new_eta = offset + X @ candidate
+            new_loglik = log_likelihood(new_eta, y, w)
+            if new_loglik >= loglik - 1e-12 * abs(loglik):
+                break
+            scale /= 2
+        beta, eta, gained = candidate, new_eta, new_loglik - loglik
+        loglik = new_loglik
+        if decrement < 1e-20 * max(1.0, float(np.sum(w))) or (
+            abs(gained) <= 1e-15 * abs(loglik) and decrement < 1e-12
+        ):
+            converged = True
+            break
+    if not converged:
+        warnings.warn(
+            "The logistic recalibration fit did not converge in "
+            f"{_MAX_NEWTON} Newton steps (the outcomes may be separated by the "
+            "predictions); its estimates and intervals are unreliable.",
+            ConvergenceWarning,
+            stacklevel=4,
+        )
+    return beta, eta, loglik
+
+
+def fit_logistic(X, y, w, offset, start=None, covariance=True):
+    """Weighted maximum-likelihood logistic regression with an offset.
+
+    Parameters
+    ----------
+    X : ndarray of shape (n_samples, n_params)
+        Design (``n_params`` may be 0: the offset alone).
+    y : ndarray of bool
+    w : ndarray of float64
+    offset : ndarray of float64
+    start : ndarray of shape (n_params,), default=None
+        Starting point (zeros by default).
+    covariance : bool, default=True
+        Whether to compute the inverse information.
+
+    Returns
+    -------
+    LogisticFit
+        Coefficients, maximised log-likelihood, inverse information and the
+        residuals ``w (y - mu)`` at the optimum (for profile derivatives).
+    """
+    n_params = X.shape[1]
+    beta = np.zeros(n_params) if start is None else np.array(start, dtype=float)
+    if n_params == 0:
+        eta = offset
+        loglik = log_likelihood(eta, y, w)
+    else:
+        result = _newton(X, y, w, offset, beta)
+        if result is None:
+            result = _damped_newton(X, y, w, offset, beta)
+        beta, eta, loglik = result
+    mu = special.expit(eta)
+    residual = w * (y - mu)
+    cov = np.zeros((n_params, n_params))
+    if covariance and n_params:
+        hessian = (X * (w * mu * (1.0 - mu))[:, None]).T @ X
+        cov = np.linalg.pinv(hessian)
+    return LogisticFit(beta, loglik, cov, residual)
+
+
+def _profile_interval(profile, estimate, se, loglik_max, level):
+    """Ends of ``{theta: 2 (l_max - profile(theta)) <= chi2_1(level)}``.
+
+    Each end is the root of ``r(theta) - z``, ``r`` the signed square root
+    of the likelihood-ratio statistic: nearly linear in ``theta``, with the
+    derivative ``-l_p'(theta) / r`` known from the profile fit (the
+    envelope theorem: ``l_p'`` is the score of ``theta`` at the nuisance
+    optimum). Newton's method from the Wald end, kept inside a bracket
+    (bisection when a step leaves it), converges in a few profile fits.
+    """
+    critical = np.sqrt(stats.chi2.ppf(level, 1))
+    se = se if np.isfinite(se) and se > 0 else 1.0
+
+    def f(theta):
+        value, slope = profile(theta)
+        root = np.sqrt(max(0.0, 2.0 * (loglik_max - value)))
+        derivative = -slope / root if root > 0 else np.nan
+        return root - critical, derivative
+
+    ends = []
+    for direction in (-1.0, 1.0):
+        # inside: f < 0 (within the interval); outside: f > 0.
+        inside, outside = estimate, None
+        theta = estimate + direction * critical * se
+        found = None
+        for _ in range(_MAX_BRACKET + _MAX_NEWTON):
+            value, derivative = f(theta)
+            # |f| of 1e-9 moves theta by about 1e-9 standard errors, above
+            # the rounding noise of a log-likelihood summed over many rows.
+            if abs(value) < 1e-9:
+                found = theta
+                break
+            if value < 0:
+                inside = theta
+            else:
+                outside = theta
+            if outside is not None and abs(outside - inside) < 1e-12 * (
+                se + abs(theta)
+            ):
+                found = theta
+                break
+            step_ok = np.isfinite(derivative) and derivative != 0
+            candidate = theta - value / derivative if step_ok else np.nan
+            if outside is None:
+                # Not bracketed yet: Newton's step, or double the distance.
+                beyond = (candidate - inside) * direction > 0
+                if not (np.isfinite(candidate) and beyond):
+                    candidate = estimate + 2 * (theta - estimate)
+                if abs(candidate - estimate) > 1e6 * (se + abs(estimate)):
+                    break
+            else:
+                lo, hi = sorted((inside, outside))
+                if not (np.isfinite(candidate) and lo < candidate < hi):
+                    candidate = (inside + outside) / 2
+            theta = candidate
+        ends.append(direction * np.inf if found is None else found)
+    return ends[0], ends[1]
+
+
+class LogisticCalibration(NamedTuple):
+    """Calibration intercept and slope with intervals (see
+    :func:`logistic_calibration`).
+
+    Attributes
+    ----------
+    intercept, intercept_low, intercept_high : float or ndarray
+        Calibration intercept (calibration-in-the-large): ``a`` of
+        ``logit P(y=1) = a + logit(p)``, the slope fixed at 1 (an offset).
+        0 is ideal; below 0 the predictions are too high on average.
+    slope, slope_low, slope_high : float or ndarray
+        Calibration slope ``b`` of ``logit P(y=1) = a + b logit(p)``. 1 is
+        ideal; below 1 the predictions are too extreme (overfitting), above
+        1 too moderate.
+    joint_intercept, joint_intercept_low, joint_intercept_high : float or ndarray
+        ``a`` of that two-parameter fit (``rms::val.prob``'s "Intercept").
+    """
+
+    intercept: float
+    intercept_low: float
+    intercept_high: float
+    slope: float
+    slope_low: float
+    slope_high: float
+    joint_intercept: float
+    joint_intercept_low: float
+    joint_intercept_high: float
+
+
+def _logistic_calibration_one(p, y, w, interval, confidence_level):
+    x = clipped_logit(p)
+    ones = np.ones_like(x)
+    no_columns = np.empty((x.shape[0], 0))
+    zeros = np.zeros_like(x)
+    z = stats.norm.isf((1 - confidence_level) / 2)
+    # Calibration-in-the-large: the intercept with the logit as an offset.
+    citl = fit_logistic(ones[:, None], y, w, x)
+    a0, se0 = citl.coef[0], np.sqrt(citl.covariance[0, 0])
+    # The joint fit of intercept and slope.
+    joint = fit_logistic(np.column_stack([ones, x]), y, w, zeros, start=[0.0, 1.0])
+    (a, b), se = joint.coef, np.sqrt(np.diag(joint.covariance))
+    if interval == "wald":
+        return LogisticCalibration(
+            a0, a0 - z * se0, a0 + z * se0,
+            b, b - z * se[1], b + z * se[1],
+            a, a - z * se[0], a + z * se[0],
+        )  # fmt: skip
+    # Profile likelihoods, each warm-started at the last solution.
+    starts = {"a": np.array([b]), "b": np.array([a])}
+
+    def citl_profile(theta):
+        fit = fit_logistic(no_columns, y, w, theta + x, covariance=False)
+        return fit.loglik, fit.residual.sum()
+
+    def slope_profile(theta):
+        fit = fit_logistic(
+            ones[:, None], y, w, theta * x, start=starts["b"], covariance=False
+        )
+        starts["b"] = fit.coef
+        return fit.loglik, fit.residual @ x
+
+    def intercept_profile(theta):
+        fit = fit_logistic(
+            x[:, None], y, w, theta * ones, start=starts["a"], covariance=False
+        )
+        starts["a"] = fit.coef
+        return fit.loglik, fit.residual.sum()
+
+    level = confidence_level
+    citl_ends = _profile_interval(citl_profile, a0, se0, citl.loglik, level)
+    slope_ends = _profile_interval(slope_profile, b, se[1], joint.loglik, level)
+    a_ends = _profile_interval(intercept_profile, a, se[0], joint.loglik, level)
+    return LogisticCalibration(a0, *citl_ends, b, *slope_ends, a, *a_ends)
+
+
+def _scalar(value):
+    return int(value) if isinstance(value, (int, np.integer)) else float(value)
+
+
+def _stack(results, names, cls):
+    if names == [None]:
+        return cls(*(_scalar(v) for v in results[0]))
+    return cls(
+        *(np.array(column, dtype=float) for column in zip(*results, strict=True))
+    )
+
+
+@validate_params(
+    {
+        **_COMMON,
+        "multiclass": _MULTICLASS,
+        "interval": [StrOptions({"wald", "profile"})],
+        "confidence_level": [Interval(Real, 0, 1, closed="neither")],
+    },
+    prefer_skip_nested_validation=True,
+)
+def logistic_calibration(
+    y_true,
+    y_prob,
+    *,
+    multiclass="top-label",
+    interval="profile",
+    confidence_level=0.95,
+    sample_weight=None,
+    labels=None,
+):
+    """Calibration intercept and slope by logistic recalibration (Cox 1958).
+
+    Fits ``logit P(y = 1) = a + b * logit(p)`` by maximum likelihood:
+
+    - ``intercept``: ``a`` with ``b`` fixed at 1 (``logit(p)`` as an
+      offset), the **calibration intercept** or calibration-in-the-large of
+      TRIPOD and Van Calster et al.; 0 is ideal, negative means the
+      predicted risks are too high on average;
+    - ``slope``: ``b`` of the two-parameter fit, the **calibration slope**;
+      1 is ideal, below 1 the predictions are too extreme (typical of
+      overfitting), above 1 too moderate;
+    - ``joint_intercept``: ``a`` of the two-parameter fit, which R
+      ``rms::val.prob`` reports as "Intercept" (it is not
+      calibration-in-the-large unless the slope is 1).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities (a 1-D array: positive-class probabilities).
+    multiclass : {"top-label", "classwise"}, default="top-label"
+        With more than two classes: the top-label confidence against
+        correctness, or each class's probability against that class
+        (one-vs-rest; the result holds one value per class). Two classes:
+        the positive (second) class in either case.
+    interval : {"profile", "wald"}, default="profile"
+        Profile-likelihood intervals (accurate on small samples and near the
+        boundary), or Wald intervals ``estimate +- z * se``.
+    confidence_level : float, default=0.95
+        Nominal coverage of the intervals.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights, treated as relative (see the module notes:
+        rescaled to sum to the effective sample size).
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    result : LogisticCalibration
+        Named tuple of the three estimates and the ends of their intervals;
+        floats, or arrays of one entry per class for ``"classwise"``.
+
+    See Also
+    --------
+    spiegelhalter_test, cox_calibration_test, validation_report
+
+    References
+    ----------
+    .. [1] D. R. Cox, "Two further applications of a model for binary
+       regression", Biometrika 45, 1958.
+    .. [2] B. Van Calster, D. J. McLernon, M. van Smeden, L. Wynants and
+       E. W. Steyerberg, "Calibration: the Achilles heel of predictive
+       analytics", BMC Medicine 17, 2019.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_calib.metrics import logistic_calibration
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.uniform(0.05, 0.95, 2000)
+    >>> y = rng.uniform(size=2000) < p
+    >>> result = logistic_calibration(y, p)
+    >>> bool(result.slope_low < 1 < result.slope_high)
+    True
+    """
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
+    results = [
+        _logistic_calibration_one(p, y, w, interval, confidence_level)
+        for p, y, w in problems
+    ]
+    return _stack(results, names, LogisticCalibration)
+
+
+class CalibrationTest(NamedTuple):
+    """Statistic and p-value of a calibration test."""
+
+    statistic: float
+    pvalue: float
+
+
+def _spiegelhalter_one(p, y, w):
+    numerator = np.dot(w, (y - p) * (1.0 - 2.0 * p))
+    variance = np.dot(w**2, (1.0 - 2.0 * p) ** 2 * p * (1.0 - p))
+    if variance <= 0:
+        return CalibrationTest(np.nan, np.nan)
+    z = numerator / np.sqrt(variance)
+    return CalibrationTest(z, 2 * stats.norm.sf(abs(z)))
+
+
+@validate_params(
+    {**_COMMON, "multiclass": _MULTICLASS}, prefer_skip_nested_validation=True
+)
+def spiegelhalter_test(
+    y_true, y_prob, *, multiclass="top-label", sample_weight=None, labels=None
+):
+    r"""Spiegelhalter's z-test of calibration (1986).
+
+    .. math::
+
+        z = \frac{\sum_i (y_i - p_i)(1 - 2 p_i)}
+        {\sqrt{\sum_i (1 - 2 p_i)^2 p_i (1 - p_i)}},
+
+    standard normal when the probabilities are calibrated; two-sided
+    p-value. Weights enter as ``w_i`` in the numerator and ``w_i^2`` in the
+    variance. It tests the Brier score against its expectation under
+    calibration, so it has little power against miscalibration that the
+    Brier score does not see; report it beside the calibration curve.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities (a 1-D array: positive-class probabilities).
+    multiclass : {"top-label", "classwise"}, default="top-label"
+        As in :func:`logistic_calibration`.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights.
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    result : CalibrationTest
+        ``(statistic, pvalue)``: the z statistic and its two-sided p-value
+        (arrays of one entry per class for ``"classwise"``).
+
+    References
+    ----------
+    .. [1] D. J. Spiegelhalter, "Probabilistic prediction in patient
+       management and clinical trials", Statistics in Medicine 5, 1986.
+
+    Examples
+    --------
+    >>> from sklearn_calib.metrics import spiegelhalter_test
+    >>> result = spiegelhalter_test([0, 1, 1, 0], [0.1, 0.8, 0.6, 0.3])
+    >>> round(result.statistic, 4), round(result.pvalue, 4)
+    (-1.005, 0.3149)
+    """
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
+    results = [_spiegelhalter_one(p, y, w) for p, y, w in problems]
+    return _stack(results, names, CalibrationTest)
+
+
+class HosmerLemeshowTest(NamedTuple):
+    """Hosmer-Lemeshow statistic, p-value and degrees of freedom."""
+
+    statistic: float
+    pvalue: float
+    dof: int
+
+
+def _hosmer_lemeshow_one(p, y, w, n_groups):
+    from ._calibration import calibration_curve
+
+    curve = calibration_curve(
+        y, p, n_bins=n_groups, strategy="quantile", multiclass="classwise",
+        sample_weight=None if np.all(w == 1) else w, labels=[False, True],
+    )  # fmt: skip
+    count = curve.count[1]
+    occupied = count > 0
+    n_g = count[occupied]
+    observed = curve.accuracy[1][occupied] * n_g
+    expected = curve.confidence[1][occupied] * n_g
+    with np.errstate(divide="ignore", invalid="ignore"):
+        terms = (observed - expected) ** 2 / (expected * (1.0 - expected / n_g))
+    statistic = float(np.sum(np.where(np.isfinite(terms), terms, 0.0)))
+    dof = int(occupied.sum()) - 2
+    if dof < 1:
+        return HosmerLemeshowTest(statistic, np.nan, dof)
+    return HosmerLemeshowTest(statistic, float(stats.chi2.sf(statistic, dof)), dof)
+
+
+@validate_params(
+    {
+        **_COMMON,
+        "n_groups": [Interval(Integral, 3, None, closed="left")],
+        "multiclass": _MULTICLASS,
+    },
+    prefer_skip_nested_validation=True,
+)
+def hosmer_lemeshow_test(
+    y_true,
+    y_prob,
+    *,
+    n_groups=10,
+    multiclass="top-label",
+    sample_weight=None,
+    labels=None,
+):
+    r"""Hosmer-Lemeshow goodness-of-fit test ("C" statistic, groups of risk).
+
+    .. math::
+
+        H = \sum_g \frac{(O_g - E_g)^2}{E_g (1 - E_g / n_g)},
+
+    over ``n_groups`` equal-mass groups of the predicted probability (the
+    library's quantile bins, ``(lo, hi]``, empty groups skipped), with
+    ``O_g`` the observed and ``E_g`` the expected number of events and
+    ``n_g`` the group size; chi-square with (non-empty groups - 2) degrees
+    of freedom.
+
+    .. warning::
+
+       The statistic depends on the number and the placement of the groups
+       (ties and another quantile rule can change the p-value), has low power
+       on small samples and rejects trivial miscalibration on large ones.
+       Van Calster et al. (2019) and TRIPOD discourage it; report the
+       calibration intercept, slope and a smooth calibration curve instead.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities (a 1-D array: positive-class probabilities).
+    n_groups : int, default=10
+        Number of groups (deciles of risk by default).
+    multiclass : {"top-label", "classwise"}, default="top-label"
+        As in :func:`logistic_calibration`.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights (relative: rescaled to the effective sample size).
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    result : HosmerLemeshowTest
+        ``(statistic, pvalue, dof)``.
+
+    References
+    ----------
+    .. [1] D. W. Hosmer and S. Lemeshow, "Goodness of fit tests for the
+       multiple logistic regression model", Communications in Statistics 9,
+       1980.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_calib.metrics import hosmer_lemeshow_test
+    >>> rng = np.random.default_rng(0)
+    >>> p = rng.uniform(size=1000)
+    >>> result = hosmer_lemeshow_test(rng.uniform(size=1000) < p, p)
+    >>> result.dof
+    8
+    """
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
+    results = [_hosmer_lemeshow_one(p, y, w, n_groups) for p, y, w in problems]
+    return _stack(results, names, HosmerLemeshowTest)
+
+
+def _cox_one(p, y, w, joint=None):
+    x = clipped_logit(p)
+    if joint is None:
+        ones = np.ones_like(x)
+        joint = fit_logistic(
+            np.column_stack([ones, x]), y, w, np.zeros_like(x), start=[0.0, 1.0]
+        )
+    statistic = max(0.0, 2.0 * (joint.loglik - log_likelihood(x, y, w)))
+    return CalibrationTest(statistic, float(stats.chi2.sf(statistic, 2)))
+
+
+@validate_params(
+    {**_COMMON, "multiclass": _MULTICLASS}, prefer_skip_nested_validation=True
+)
+def cox_calibration_test(
+    y_true, y_prob, *, multiclass="top-label", sample_weight=None, labels=None
+):
+    """Cox's likelihood-ratio test of calibration intercept 0 and slope 1 jointly.
+
+    The statistic is twice the log-likelihood gain of the fit
+    ``logit P(y = 1) = a + b logit(p)`` over ``a = 0, b = 1`` (the
+    predictions taken as they are); chi-square with 2 degrees of freedom
+    under calibration. It is ``U:Chi-sq`` of R ``rms::val.prob``.
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_prob : array-like of shape (n_samples, n_classes) or (n_samples,)
+        Predicted probabilities (a 1-D array: positive-class probabilities).
+    multiclass : {"top-label", "classwise"}, default="top-label"
+        As in :func:`logistic_calibration`.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights (relative: rescaled to the effective sample size).
+    labels : array-like of shape (n_classes,), default=None
+        The class of each column of ``y_prob``.
+
+    Returns
+    -------
+    result : CalibrationTest
+        ``(statistic, pvalue)``.
+
+    References
+    ----------
+    .. [1] D. R. Cox, "Two further applications of a model for binary
+       regression", Biometrika 45, 1958.
+
+    Examples
+    --------
+    >>> from sklearn_calib.metrics import cox_calibration_test
+    >>> result = cox_calibration_test([0, 1, 1, 0, 1], [0.1, 0.8, 0.6, 0.3, 0.4])
+    >>> round(result.statistic, 4)
+    4.2246
+    """
+    problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
+    results = [_cox_one(p, y, w) for p, y, w in problems]
+    return _stack(results, names, CalibrationTest)
