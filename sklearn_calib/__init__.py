@@ -6,6 +6,7 @@ matplotlib: torch is loaded when a calibrator is fitted, matplotlib when a
 figure is drawn.
 """
 
+from ._bias_corrected import BiasCorrectedTemperatureScaling
 from ._binning.histogram import HistogramBinning
 from ._binning.isotonic import IsotonicCalibration
 from ._binning.spline import SplineCalibration
@@ -31,6 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "BaseCalibrator",
     "BetaCalibration",
+    "BiasCorrectedTemperatureScaling",
     "CalibratedClassifier",
     "CalibratorSelector",
     "EnsembleTemperatureScaling",

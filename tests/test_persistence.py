@@ -256,6 +256,11 @@ STATE_EDITS = {
         ("temperature_", _set("temperature_", np.nan)),
         ("temperature_", _set("temperature_", "2.0")),
     ],
+    "BiasCorrectedTemperatureScaling": [
+        ("temperature_", _set("temperature_", -1.0)),
+        ("intercept_", _set("intercept_", _nan_at_first)),
+        ("intercept_", _set("intercept_", lambda a: a[:-1])),
+    ],
     "VectorScaling": [
         ("coef_", _set("coef_", _nan_at_first)),
         ("intercept_", _set("intercept_", lambda a: a[:-1])),

@@ -14,6 +14,7 @@ from .._scaling.temperature import TemperatureScaling
 # the defaults are already fast.
 FAST_PARAMS = {
     "BetaCalibration": {},
+    "BiasCorrectedTemperatureScaling": {"device": "cpu"},
     "EnsembleTemperatureScaling": {"device": "cpu"},
     # Two fast candidates (one torch, one numpy) and three splits keep the seven
     # fits per check cheap.

@@ -50,11 +50,18 @@ def problems():
     yield "c10_cat_dog", *binary_problem()
 
 
+# Calibrators added after the snapshot was written: nothing to pin them to
+# (their own tests check them against independent solves).
+AFTER_SNAPSHOT = {"BiasCorrectedTemperatureScaling"}
+
+
 def golden_cases():
     """Yield (key, estimator, fit) for every pinned prediction."""
     for set_name, (X_val, y_val), (X_test, _) in problems():
         binary = X_val.shape[1] == 2
         for name, cls in all_calibrators():
+            if name in AFTER_SNAPSHOT:
+                continue
             if (name in BINARY_ONLY) != binary and name != "VennAbersCalibration":
                 continue
             yield f"{set_name}/{name}", cls, X_val, y_val, X_test[:N_TEST], False

@@ -1,0 +1,185 @@
+"""Bias-corrected temperature scaling against an independent float64 solve."""
+
+import numpy as np
+import pytest
+from scipy.optimize import minimize
+from scipy.special import log_softmax as scipy_log_softmax
+from scipy.special import logsumexp
+
+from sklearn_calib import BiasCorrectedTemperatureScaling, TemperatureScaling
+from sklearn_calib._bias_corrected import bcts_objective
+from sklearn_calib.utils._testing import make_logits
+
+from .conftest import load_shared
+
+
+def _scipy_bcts(logits, y, weights=None):
+    """Minimise the same weighted NLL with scipy's BFGS (float64, analytic grad)."""
+    n, k = logits.shape
+    w = np.ones(n) if weights is None else np.asarray(weights, float)
+    w = w / w.sum()
+    finite = np.isfinite(logits)
+    z = np.where(finite, logits, 0.0)
+
+    def fun(p):
+        f = np.where(finite, z * p[0] + p[1:], -np.inf)
+        lse = logsumexp(f, axis=1)
+        q = np.exp(f - lse[:, None])
+        loss = w @ (lse - f[np.arange(n), y])
+        g_b = w @ q - np.bincount(y, weights=w, minlength=k)
+        g_beta = w @ ((q * z).sum(1) - z[np.arange(n), y])
+        return loss, np.r_[g_beta, g_b]
+
+    start = np.r_[1.0, np.zeros(k)]
+    res = minimize(fun, start, jac=True, method="BFGS", options={"gtol": 1e-11})
+    beta, bias = res.x[0], res.x[1:]
+    return 1.0 / beta, bias - bias.mean(), res.fun
+
+
+def _offset_logits(seed=0, n=800, k=4):
+    logits, y = make_logits(n, k, overconfidence=2.0, seed=seed)
+    # Per-class offsets that one temperature cannot remove.
+    return logits + np.linspace(-1.5, 1.5, k), y
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_matches_scipy(seed):
+    logits, y = _offset_logits(seed)
+    weights = np.random.default_rng(seed).uniform(0.2, 3.0, len(y))
+    est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y, weights)
+    temperature, bias, loss = _scipy_bcts(logits, y, weights)
+    assert est.temperature_ == pytest.approx(temperature, rel=1e-6)
+    np.testing.assert_allclose(est.intercept_, bias, atol=1e-6)
+    assert est.objective_ == pytest.approx(loss, rel=1e-9, abs=1e-12)
+    assert est.objective_ <= loss + 1e-12
+    assert abs(est.intercept_.sum()) < 1e-10
+
+
+def test_real_logits_match_scipy_and_beat_temperature():
+    data = load_shared("kundajelab_cifar10_vgg_labelshift")
+    logits, y = data["logits_val"][:3000], data["y_val"][:3000]
+    est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
+    temperature, bias, loss = _scipy_bcts(logits, y)
+    assert est.temperature_ == pytest.approx(temperature, rel=1e-6)
+    np.testing.assert_allclose(est.intercept_, bias, atol=1e-5)
+    ts = TemperatureScaling(device="cpu").fit(logits, y)
+    ts_nll = np.mean(
+        -scipy_log_softmax(logits / ts.temperature_, axis=1)[np.arange(len(y)), y]
+    )
+    assert est.objective_ <= ts_nll + 1e-12
+
+
+def test_gradient_and_hessian_are_the_derivatives():
+    logits, y = _offset_logits(2, n=200, k=3)
+    w = np.full(len(y), 1.0 / len(y))
+    point = np.array([0.7, 0.3, -0.1, -0.2])
+    loss, grad, hess = bcts_objective(logits, y, w, point[0], point[1:])
+    eps = 1e-6
+    for j in range(4):
+        step = np.zeros(4)
+        step[j] = eps
+        up = bcts_objective(logits, y, w, *np.split(point + step, [1]))
+        down = bcts_objective(logits, y, w, *np.split(point - step, [1]))
+        assert (up[0] - down[0]) / (2 * eps) == pytest.approx(grad[j], abs=1e-7)
+        np.testing.assert_allclose((up[1] - down[1]) / (2 * eps), hess[j], atol=1e-6)
+
+
+def test_weight_scale_and_repeated_rows():
+    logits, y = _offset_logits(3, n=300)
+    counts = np.random.default_rng(3).integers(0, 3, len(y))
+    weighted = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y, counts)
+    scaled = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y, counts * 1e6)
+    repeated = BiasCorrectedTemperatureScaling(device="cpu").fit(
+        np.repeat(logits, counts, axis=0), np.repeat(y, counts)
+    )
+    for other in (scaled, repeated):
+        assert other.temperature_ == pytest.approx(weighted.temperature_, rel=1e-8)
+        np.testing.assert_allclose(other.intercept_, weighted.intercept_, atol=1e-8)
+
+
+def test_masked_logits_match_scipy():
+    logits, y = _offset_logits(4, n=400)
+    rng = np.random.default_rng(4)
+    masked = (rng.random(logits.shape) < 0.2) & (np.arange(4) != y[:, None])
+    logits[masked] = -np.inf
+    est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
+    temperature, bias, _ = _scipy_bcts(logits, y)
+    assert est.temperature_ == pytest.approx(temperature, rel=1e-6)
+    np.testing.assert_allclose(est.intercept_, bias, atol=1e-6)
+    proba = est.predict_proba(logits)
+    assert np.all(proba[masked] == 0.0)
+    np.testing.assert_allclose(proba.sum(1), 1.0)
+
+
+def test_masked_true_class_is_refused():
+    logits, y = _offset_logits(5, n=100)
+    logits[0, y[0]] = -np.inf
+    with pytest.raises(ValueError, match="mask"):
+        BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
+
+
+def test_absent_class_is_held_with_a_warning():
+    logits, y = _offset_logits(6, n=400)
+    keep = y != 3
+    with pytest.warns(UserWarning, match="no calibration sample"):
+        est = BiasCorrectedTemperatureScaling(device="cpu", classes=[0, 1, 2, 3]).fit(
+            logits[keep], y[keep]
+        )
+    assert est.intercept_[3] == 0.0
+    assert est.intercept_[:3].sum() == pytest.approx(0.0, abs=1e-10)
+    assert np.isfinite(est.predict_proba(logits)).all()
+
+
+def test_string_labels_and_binary_column():
+    logits, y = _offset_logits(7, n=300, k=2)
+    labels = np.array(["neg", "pos"])[y]
+    est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, labels)
+    single = BiasCorrectedTemperatureScaling(device="cpu").fit(
+        logits[:, 1:] - logits[:, :1], labels
+    )
+    # The same model: only the bias difference matters.
+    assert single.temperature_ == pytest.approx(est.temperature_, rel=1e-7)
+    np.testing.assert_allclose(
+        single.predict_proba(logits[:, 1:] - logits[:, :1]),
+        est.predict_proba(logits),
+        atol=1e-8,
+    )
+    assert set(est.predict(logits)) <= {"neg", "pos"}
+
+
+def test_max_iter_warns():
+    from sklearn.exceptions import ConvergenceWarning
+
+    logits, y = _offset_logits(8)
+    with pytest.warns(ConvergenceWarning, match="did not converge"):
+        BiasCorrectedTemperatureScaling(device="cpu", max_iter=1).fit(logits, y)
+
+
+def test_to_torch_matches_predict_proba():
+    torch = pytest.importorskip("torch")
+    logits, y = _offset_logits(9)
+    logits[0, (y[0] + 1) % 4] = -np.inf
+    est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
+    out = est.to_torch()(torch.as_tensor(logits)).exp().numpy()
+    np.testing.assert_allclose(out, est.predict_proba(logits), rtol=1e-6, atol=1e-12)
+
+
+def test_hessian_vector_product_and_many_class_path(monkeypatch):
+    from sklearn_calib import _bias_corrected
+    from sklearn_calib._bias_corrected import bcts_hessp
+
+    logits, y = _offset_logits(10, n=300, k=5)
+    w = np.full(len(y), 1.0 / len(y))
+    vector = np.random.default_rng(10).normal(size=6)
+    _, _, hess = bcts_objective(logits, y, w, 0.8, np.linspace(-1, 1, 5))
+    product = bcts_hessp(logits, w, 0.8, np.linspace(-1, 1, 5), vector)
+    np.testing.assert_allclose(product, hess @ vector, atol=1e-12)
+    exact = BiasCorrectedTemperatureScaling(device="cpu", classes=range(6))
+    with pytest.warns(UserWarning, match="no calibration sample"):
+        exact.fit(np.c_[logits, logits[:, 0] - 1.0], y)
+    monkeypatch.setattr(_bias_corrected, "_MAX_CLASSES", 2)
+    cg = BiasCorrectedTemperatureScaling(device="cpu", classes=range(6))
+    with pytest.warns(UserWarning, match="no calibration sample"):
+        cg.fit(np.c_[logits, logits[:, 0] - 1.0], y)
+    assert cg.temperature_ == pytest.approx(exact.temperature_, rel=1e-7)
+    np.testing.assert_allclose(cg.intercept_, exact.intercept_, atol=1e-7)
