@@ -105,7 +105,7 @@ def plain_pass_seconds(X, y, chunk_rows):
 
 def count_passes():
     """Wrap the chunk sources' full reductions with a counter."""
-    from sklearn_calib import _chunks
+    from sklearn_calib._chunks import sources as _chunks
 
     counter = {"passes": 0}
     for cls in (_chunks.DaskSource, _chunks.SequentialSource):
@@ -147,7 +147,7 @@ def main():
     args = parser.parse_args()
 
     import sklearn_calib
-    from sklearn_calib._chunks import default_chunk_rows
+    from sklearn_calib._chunks.sources import _has_dask, default_chunk_rows
 
     directory = Path(tempfile.mkdtemp(prefix="bench-ooc-", dir=args.dir))
     try:
@@ -158,7 +158,7 @@ def main():
             f"data: {args.rows:,} x {args.classes} float32 + int64 labels, "
             f"{size_gb:.2f} GB, written in {time.perf_counter() - start:.1f} s "
             f"(sklearn_calib {sklearn_calib.__version__}, "
-            f"dask {'yes' if sklearn_calib._chunks._has_dask() else 'no'})"
+            f"dask {'yes' if _has_dask() else 'no'})"
         )
         X = np.load(x_path, mmap_mode="r")
         y = np.load(y_path, mmap_mode="r")

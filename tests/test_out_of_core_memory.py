@@ -16,7 +16,7 @@ from sklearn_calib import (
     TemperatureScaling,
     VectorScaling,
 )
-from sklearn_calib._chunks import as_chunk_source, default_chunk_rows
+from sklearn_calib._chunks.sources import as_chunk_source, default_chunk_rows
 from sklearn_calib.utils._row_reader import RowReader
 
 
@@ -82,7 +82,7 @@ def test_fit_from_memmap_never_copies_or_reads_it_whole(
     if dask:
         pytest.importorskip("dask.array")
     else:
-        monkeypatch.setattr("sklearn_calib._chunks._has_dask", lambda: False)
+        monkeypatch.setattr("sklearn_calib._chunks.sources._has_dask", lambda: False)
     log = {"copies": 0, "max_rows": 0}
     X = _recording(files[0], np.float32, (N_ROWS, N_CLASSES), log)
     if method == "platt":

@@ -7,8 +7,8 @@ considered for the common tests.
 
 import numpy as np
 
-from .._binning import IsotonicCalibration
-from .._scaling import TemperatureScaling
+from .._binning.histogram import IsotonicCalibration
+from .._scaling.affine import TemperatureScaling
 
 # Constructor parameters that keep the common tests fast. An empty dict means
 # the defaults are already fast.
@@ -23,7 +23,7 @@ FAST_PARAMS = {
     },
     "HistogramBinning": {},
     # A temperature base fitted once keeps the checks fast (the default base
-    # cross-validates matrix scaling; tests/test_composite.py covers cv), and
+    # cross-validates matrix scaling; tests/margin/test_composite.py covers cv), and
     # weighted and repeated rows then share their folds; tight tol for the
     # weight checks.
     "MarginTemperatureScaling": {
