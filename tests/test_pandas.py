@@ -22,6 +22,14 @@ from sklearn_calib.utils.discovery import all_calibrators, all_metrics
 
 pd = pytest.importorskip("pandas")
 
+# SMART on a few hundred samples (enough for the container tests) warns
+# that its temperatures are noisy there (asserted in test_smart.py).
+_IGNORED = [
+    "ignore:SMART was fitted on:UserWarning",
+]
+pytestmark = [pytest.mark.filterwarnings(f) for f in _IGNORED]
+
+
 CALIBRATORS = [cls for _, cls in all_calibrators()]
 IDS = [name for name, _ in all_calibrators()]
 CLASS_NAMES = np.array(["ant", "bee", "cat", "dog"])

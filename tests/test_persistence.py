@@ -33,6 +33,14 @@ from sklearn_calib.utils.persistence import skops_trusted_types
 
 from .conftest import torch_jit_script
 
+# SMART on a few hundred samples (enough for the persistence tests) warns
+# that its temperatures are noisy there (asserted in test_smart.py).
+_IGNORED = [
+    "ignore:SMART was fitted on:UserWarning",
+]
+pytestmark = [pytest.mark.filterwarnings(f) for f in _IGNORED]
+
+
 CALIBRATORS = [cls for _, cls in all_calibrators()]
 IDS = [name for name, _ in all_calibrators()]
 WITH_TO_TORCH = [cls for cls in CALIBRATORS if hasattr(cls, "to_torch")]

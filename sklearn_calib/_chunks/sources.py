@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..utils._row_reader import RowReader
 from ..utils._validation import check_labels_per_row, computed_dtype
 from .graph import reduction_graph
 
@@ -108,10 +109,14 @@ class DaskSource:
             if not is_dask_array(values):
                 if not (is_zarr_array(values) or isinstance(values, np.memmap)):
                     values = _as_numpy_labels(values)
+                if not is_zarr_array(values):
+                    # dask copies arrays with a copy method (memmaps too):
+                    # read by slices instead (see utils/_row_reader.py).
+                    values = RowReader(values)
                 # name=False: no hashing of the data to name the graph; a zarr
                 # or memmap array stays on disk.
                 chunks = (row_chunks,) + (-1,) * (values.ndim - 1)
-                values = da.from_array(values, chunks=chunks, name=False)
+                values = da.from_array(values, chunks=chunks, name=False, asarray=True)
             values = check_labels_per_row(values, X.shape[0], name=name)
             return values.rechunk((row_chunks,))
 
@@ -374,7 +379,10 @@ def as_chunk_source(X, y=None, sample_weight=None, *, chunk_rows=None):
             da = import_dask_array()
             chunks = (chunk_rows,) if X.ndim == 1 else (chunk_rows, n_cols)
             # name=False: no hashing of the data to name the graph.
-            dask_X = da.from_array(X, chunks=chunks, asarray=True, name=False)
+            # A memmap goes in as a RowReader: dask copies any array with a
+            # copy method, which would read the whole file into memory.
+            reader = X if is_zarr_array(X) else RowReader(X)
+            dask_X = da.from_array(reader, chunks=chunks, asarray=True, name=False)
             return DaskSource(dask_X, y, sample_weight)
         y_array = y if is_zarr_array(y) else _as_numpy_labels(y)
         w_array = sample_weight

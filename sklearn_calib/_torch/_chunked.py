@@ -37,14 +37,16 @@ from ._temperature import (
     COMFORT_SCALE,
     CONSTANT_SCALE,
     WARM_START_ROWS,
+    ShiftedLogits,
     TemperatureFit,
     TemperatureProblem,
     beta_limits,
     bracketed_newton,
     logit_scales,
-    scale_by_power_of_two,
     shift_logits,
+    shift_params,
     spaced_rows,
+    warm_start,
 )
 
 
@@ -74,31 +76,30 @@ def _shifted(logits, exponent):
     finite and the power of two is exact (entries pushed below the dtype's
     range have probability 0 at every beta of the bracket, as in memory).
     """
-    shifted, prescale, _ = shift_logits(logits)
+    row_max, prescale, _ = shift_params(logits)
     remaining = exponent - round(math.log2(prescale))
-    if remaining:
-        scale_by_power_of_two(shifted, remaining)
-    return shifted.clamp_(min=torch.finfo(shifted.dtype).min)
+    # Shifted block by block as the pass reads it: no copy of the chunk.
+    return ShiftedLogits(logits, row_max, prescale, exponent=remaining, clamp=True)
 
 
 def temperature_chunk_sums(logits, codes, weights, beta, exponent):
-    """``[W, W L'(beta), W L''(beta)]`` of one chunk (W its total weight).
+    """``[W, W L', W L'', W L3]`` at beta of one chunk (W its total weight).
 
     ``beta`` applies to the logits scaled by ``2**exponent``. The caller has
     checked that no row of positive weight has its true class masked.
     """
     if logits.shape[0] == 0:
-        return np.zeros(3)
+        return np.zeros(4)
     logits = _tensor(logits)
     codes = _tensor(codes.astype(np.int64))
     weights = _tensor(np.asarray(weights, dtype=np.float64))
     total = float(weights.sum())
     if not total > 0:
-        return np.zeros(3)
+        return np.zeros(4)
     # TemperatureProblem normalises its weights in place: a copy, not the chunk's array.
     problem = TemperatureProblem(_shifted(logits, exponent), codes, weights.clone())
-    first, second = problem.derivatives(beta)
-    return np.array([total, first * total, second * total])
+    first, second, third = problem.derivatives(beta)
+    return np.array([total, first * total, second * total, third * total])
 
 
 class ChunkedTemperatureProblem:
@@ -112,10 +113,11 @@ class ChunkedTemperatureProblem:
         self.exponent = exponent
         self.n_passes = 0
 
-    def derivatives(self, beta):
-        total, first, second = self._reduce(beta, self.exponent)
+    def derivatives(self, beta, third=True):
+        # One pass over the chunks either way; the third derivative is free.
+        total, first, second, third = self._reduce(beta, self.exponent)
         self.n_passes += 1
-        return first / total, second / total
+        return first / total, second / total, third / total
 
 
 def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
@@ -165,10 +167,9 @@ def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
     rtol = 1e-13 if logits.dtype == torch.float64 else 1e-10
     beta = 1.0 if lo < 1.0 < hi else (lo * hi) ** 0.5
     if n_rows > 4 * WARM_START_ROWS and float(weights.sum()) > 0:
-        sub = TemperatureProblem(_shifted(logits, exponent), codes, weights.clone())
-        warm = bracketed_newton(sub, beta, lo, hi, max_iter, rtol=1e-6)
-        if warm.status == "converged":
-            beta = warm.beta
+        beta = warm_start(
+            _shifted(logits, exponent), codes, weights, None, beta, lo, hi, max_iter
+        )
     problem = ChunkedTemperatureProblem(reduce, exponent)
     result = bracketed_newton(problem, beta, lo, hi, max_iter, rtol)
     result.beta *= 2.0**exponent

@@ -35,6 +35,17 @@ from sklearn_calib.utils._testing import make_logits
 
 from ..conftest import load_shared
 
+# The selector's candidates on small folds of real logits: vector scaling's
+# classes without a finite optimum and temperature scaling at its bound
+# are expected (asserted in their own tests); these tests compare scores.
+_IGNORED = [
+    "ignore:The NLL keeps decreasing as T:UserWarning",
+    "ignore:.*determine no finite scale:UserWarning",
+    "ignore:.*logits separate the calibration:UserWarning",
+    "ignore:No candidate could be scored:UserWarning",
+]
+pytestmark = [pytest.mark.filterwarnings(f) for f in _IGNORED]
+
 
 def _candidates():
     return [
