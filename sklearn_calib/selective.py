@@ -35,6 +35,12 @@ from ._risk_control._bounds import (
     hoeffding_bentkus_pvalue,
     risk_upper_bound,
 )
+from ._risk_control._scorers import (
+    acceptance_rate,
+    acceptance_rate_scorer,
+    accepted_error_rate,
+    neg_accepted_error_rate,
+)
 from ._risk_control._selective import SelectiveClassifier
 from .metrics._selective import (
     RiskCoverageCurve,
@@ -49,11 +55,15 @@ __all__ = [
     "CertifiedThresholdClassifier",
     "RiskCoverageCurve",
     "SelectiveClassifier",
+    "accepted_error_rate",
+    "acceptance_rate",
+    "acceptance_rate_scorer",
     "aurc",
     "binomial_tail_pvalue",
     "coverage_at_risk",
     "excess_aurc",
     "hoeffding_bentkus_pvalue",
+    "neg_accepted_error_rate",
     "risk_coverage_curve",
     "risk_upper_bound",
     "selective_risk",

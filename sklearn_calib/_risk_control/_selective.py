@@ -283,10 +283,15 @@ class SelectiveClassifier(DecisionEstimator):
     >>> clf = clf.fit(data.logits_val, data.y_val)
     >>> bool(clf.certified_), bool(clf.risk_upper_bound_ <= 0.02)
     (True, True)
+    >>> round(clf.coverage_, 3)  # accepted fraction of the certification set
+    0.862
     >>> accepted = clf.accept(data.logits_test)
     >>> errors = clf.predict(data.logits_test)[accepted] != data.y_test[accepted]
-    >>> bool(errors.mean() <= 0.02)
-    True
+    >>> round(float(accepted.mean()), 3), round(float(errors.mean()), 4)
+    (0.855, 0.0213)
+
+    The guarantee is on the expected error rate of future accepted samples;
+    one test batch of 855 accepted images fluctuates around it.
     """
 
     _parameter_constraints: dict = {
