@@ -75,6 +75,34 @@ def threshold_losses(proba_positive, y_positive, thresholds, metric):
     return losses, counts
 
 
+def certify_thresholds(
+    losses,
+    counts,
+    thresholds,
+    *,
+    metric,
+    target,
+    confidence_level,
+    error_control,
+    bound,
+):
+    """Which thresholds are certified, and their p-values.
+
+    ``losses`` and ``counts`` have shape (..., n_thresholds) (leading axes:
+    many certification samples at once in the tests).
+    """
+    alpha = _risk_target(metric, target)
+    p_values = risk_pvalue(losses, counts, alpha, bound)
+    ascending = np.argsort(thresholds, kind="stable")
+    # fixed sequence starts where the metric is easiest to meet
+    order = ascending if metric == "recall" else ascending[::-1]
+    rejected = np.zeros(np.shape(p_values), dtype=bool)
+    rejected[..., order] = control_error(
+        p_values[..., order], 1.0 - confidence_level, error_control
+    )
+    return rejected, p_values, order, ascending
+
+
 def _risk_target(metric, target):
     return target if metric == "fpr" else 1.0 - target
 
@@ -268,15 +296,17 @@ default="bonferroni_holm"
         positive = proba[:, 1]
         y_positive = y_codes == 1
         self.n_certification_samples_ = len(y_codes)
-        delta = 1.0 - self.confidence_level
-        alpha = _risk_target(self.metric, self.target)
         losses, counts = threshold_losses(positive, y_positive, grid, self.metric)
-        p_values = risk_pvalue(losses, counts, alpha, self.bound)
-        ascending = np.argsort(grid, kind="stable")
-        # fixed sequence starts where the metric is easiest to meet
-        order = ascending if self.metric == "recall" else ascending[::-1]
-        rejected = np.zeros(len(grid), dtype=bool)
-        rejected[order] = control_error(p_values[order], delta, self.error_control)
+        rejected, p_values, order, ascending = certify_thresholds(
+            losses,
+            counts,
+            grid,
+            metric=self.metric,
+            target=self.target,
+            confidence_level=self.confidence_level,
+            error_control=self.error_control,
+            bound=self.bound,
+        )
         self.thresholds_ = grid
         self.p_values_ = np.asarray(p_values, dtype=np.float64)
         self.valid_thresholds_ = grid[rejected]

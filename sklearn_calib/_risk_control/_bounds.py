@@ -63,7 +63,10 @@ def binomial_tail_pvalue(k, n, alpha):
         np.asarray(n, dtype=np.float64),
         np.asarray(alpha, dtype=np.float64),
     )
-    p = stats.binom.cdf(k, np.maximum(n, 1.0), alpha)
+    # bdtr is the binomial CDF of scipy.stats.binom, without its overhead
+    p = special.bdtr(
+        np.floor(k).astype(np.int64), np.maximum(n, 1.0).astype(np.int64), alpha
+    )
     return np.where(n > 0, np.minimum(p, 1.0), 1.0)
 
 
@@ -102,7 +105,9 @@ def hoeffding_bentkus_pvalue(k, n, alpha):
     safe_n = np.maximum(n, 1.0)
     r_hat = np.minimum(k / safe_n, alpha)
     hoeffding = np.exp(-safe_n * _kl_bernoulli(r_hat, alpha))
-    bentkus = math.e * stats.binom.cdf(np.ceil(k), safe_n, alpha)
+    bentkus = math.e * special.bdtr(
+        np.ceil(k).astype(np.int64), safe_n.astype(np.int64), alpha
+    )
     p = np.minimum(np.minimum(hoeffding, bentkus), 1.0)
     return np.where(n > 0, p, 1.0)
 
@@ -184,18 +189,20 @@ def bonferroni(p_values, delta):
 
 
 def bonferroni_holm(p_values, delta):
-    """Hypotheses rejected by Holm's step-down procedure (1-D).
+    """Hypotheses rejected by Holm's step-down procedure.
 
     The ``j``-th smallest p-value (from 0) is tested at level ``delta / (m -
-    j)``; testing stops at the first that is not rejected.
+    j)``; testing stops at the first that is not rejected. Broadcasts over
+    leading axes.
     """
     p_values = np.asarray(p_values, dtype=np.float64)
     m = p_values.shape[-1]
-    order = np.argsort(p_values, kind="stable")
+    order = np.argsort(p_values, axis=-1, kind="stable")
     levels = delta / (m - np.arange(m))
-    passed = np.logical_and.accumulate(p_values[order] <= levels)
-    rejected = np.zeros(m, dtype=bool)
-    rejected[order] = passed
+    ranked = np.take_along_axis(p_values, order, axis=-1)
+    passed = np.logical_and.accumulate(ranked <= levels, axis=-1)
+    rejected = np.zeros(p_values.shape, dtype=bool)
+    np.put_along_axis(rejected, order, passed, axis=-1)
     return rejected
 
 

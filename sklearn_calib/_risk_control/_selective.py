@@ -67,14 +67,27 @@ def confidence_scores(proba, score):
     return top2[:, 1] - top2[:, 0]
 
 
-def _tie_ends(sorted_desc):
-    """For each position, how many scores are at least as high as it."""
-    return np.searchsorted(-sorted_desc, -sorted_desc, side="right")
+def tie_ends(ranked):
+    """For each position of rows sorted by decreasing score, how many scores
+    of its row are at least as high (the samples a threshold there accepts)."""
+    n = ranked.shape[-1]
+    last = np.ones(ranked.shape, dtype=bool)
+    last[..., :-1] = ranked[..., :-1] != ranked[..., 1:]
+    ends = np.where(last, np.arange(1, n + 1), n)
+    return np.minimum.accumulate(ends[..., ::-1], axis=-1)[..., ::-1]
 
 
-def certify_risk(
-    scores,
-    errors,
+def rank_grid(n, risk, confidence_level, n_thresholds):
+    """Candidate numbers of accepted samples, fixed before seeing the labels."""
+    start = minimum_accepted(risk, confidence_level)
+    if start > n:
+        return np.zeros(0, dtype=np.intp)
+    return np.unique(np.linspace(start, n, n_thresholds).round().astype(np.intp))
+
+
+def certify_risk_sorted(
+    ranked,
+    cum_errors,
     *,
     risk,
     confidence_level,
@@ -82,58 +95,57 @@ def certify_risk(
     error_control="fixed_sequence",
     n_thresholds=100,
 ):
-    """The certified number of accepted samples, and the tested candidates.
+    """Certified numbers of accepted samples, for rows sorted by confidence.
 
     Parameters
     ----------
-    scores : ndarray of shape (n,)
-        Confidence of the certification samples.
-    errors : ndarray of shape (n,) of bool
-        Whether each sample's prediction is wrong.
+    ranked : ndarray of shape (n_rows, n)
+        Scores of each row (one certification sample each: many random
+        splits at once in the tests), sorted in decreasing order.
+    cum_errors : ndarray of shape (n_rows, n)
+        Cumulative count of errors in that order.
 
     Returns
     -------
-    n_accepted : int
-        Samples accepted at the certified threshold; 0 when none is certified.
-    counts, losses, p_values : ndarray
-        The candidates tested (accepted samples, errors among them, p-value),
-        by decreasing threshold.
+    n_accepted : ndarray of shape (n_rows,) of int
+        Samples accepted at the certified threshold (0: none certified); the
+        threshold is ``ranked[row, n_accepted - 1]``.
+    counts, losses, p_values : ndarray of shape (n_rows, n_tested)
+        The candidates tested, by decreasing threshold.
     """
     delta = 1.0 - confidence_level
-    order = np.argsort(-scores, kind="stable")
-    ranked = scores[order]
-    cum_errors = np.cumsum(errors[order])
-    ends = _tie_ends(ranked)
-    n = len(scores)
+    n_rows, n = ranked.shape
+    ends = tie_ends(ranked)
+    rows = np.arange(n_rows)
     if error_control == "sgr":
-        steps = max(1, math.ceil(math.log2(n))) if n > 1 else 1
-        low, high, best = 0, n + 1, 0
-        counts, p_values = [], []
+        steps = max(1, math.ceil(math.log2(n)))
+        low = np.zeros(n_rows, dtype=np.intp)
+        high = np.full(n_rows, n + 1, dtype=np.intp)
+        best = np.zeros(n_rows, dtype=np.intp)
+        counts, losses, p_values = [], [], []
         for _ in range(steps):
             mid = (low + high) // 2
-            if mid <= low:
-                break
-            m = int(ends[mid - 1])
-            p = float(risk_pvalue(cum_errors[m - 1], m, risk, bound))
+            active = mid > low
+            m = np.where(active, ends[rows, np.maximum(mid, 1) - 1], 0)
+            k = np.where(active, cum_errors[rows, np.maximum(m, 1) - 1], 0)
+            p = risk_pvalue(k, m, risk, bound)
+            passed = active & (p <= delta / steps)
+            best = np.where(passed, np.maximum(best, m), best)
+            low = np.where(passed, m, low)
+            high = np.where(active & ~passed, mid, high)
             counts.append(m)
+            losses.append(k)
             p_values.append(p)
-            if p <= delta / steps:
-                low, best = max(mid, m), max(best, m)
-            else:
-                high = mid
-        counts = np.asarray(counts, dtype=np.intp)
-        losses = cum_errors[counts - 1] if len(counts) else np.zeros(0)
-        return best, counts, losses, np.asarray(p_values)
-    start = minimum_accepted(risk, confidence_level)
-    if start > n:
-        empty = np.zeros(0)
-        return 0, empty.astype(np.intp), empty, empty
-    ranks = np.unique(np.linspace(start, n, n_thresholds).round().astype(np.intp))
-    counts = np.unique(ends[ranks - 1])
-    losses = cum_errors[counts - 1]
+        return best, *(np.stack(a, axis=-1) for a in (counts, losses, p_values))
+    grid = rank_grid(n, risk, confidence_level, n_thresholds)
+    if not grid.size:
+        empty = np.zeros((n_rows, 0))
+        return np.zeros(n_rows, dtype=np.intp), empty.astype(np.intp), empty, empty
+    counts = ends[:, grid - 1]
+    losses = np.take_along_axis(cum_errors, counts - 1, axis=1)
     p_values = risk_pvalue(losses, counts, risk, bound)
     rejected = control_error(p_values, delta, error_control)
-    n_accepted = int(counts[rejected].max()) if rejected.any() else 0
+    n_accepted = np.where(rejected, counts, 0).max(axis=1)
     return n_accepted, counts, losses, p_values
 
 
@@ -364,18 +376,20 @@ class SelectiveClassifier(DecisionEstimator):
         n = len(scores)
         self.n_certification_samples_ = n
         if self.control == "risk":
-            n_accepted, counts, losses, p_values = certify_risk(
-                scores,
-                errors,
+            order = np.argsort(-scores, kind="stable")
+            ranked = scores[order]
+            n_accepted, counts, _, p_values = certify_risk_sorted(
+                ranked[None, :],
+                np.cumsum(errors[order])[None, :],
                 risk=self.risk,
                 confidence_level=self.confidence_level,
                 bound=self.bound,
                 error_control=self.error_control,
                 n_thresholds=self.n_thresholds,
             )
-            ranked = np.sort(scores)[::-1]
+            n_accepted, counts = int(n_accepted[0]), counts[0]
             self.thresholds_ = ranked[counts - 1] if len(counts) else np.zeros(0)
-            self.p_values_ = np.asarray(p_values, dtype=np.float64)
+            self.p_values_ = np.asarray(p_values[0], dtype=np.float64)
             self.certified_ = n_accepted > 0
             self.threshold_ = (
                 float(ranked[n_accepted - 1]) if self.certified_ else math.inf
