@@ -118,21 +118,23 @@ def certify_risk_sorted(
     ends = tie_ends(ranked)
     rows = np.arange(n_rows)
     if error_control == "sgr":
+        # Algorithm 1 of Geifman and El-Yaniv: the threshold is the z-th
+        # smallest score (n - z + 1 samples accepted, more with ties); a
+        # certified step lowers it (z_max = z), a failed one raises it.
         steps = max(1, math.ceil(math.log2(n)))
-        low = np.zeros(n_rows, dtype=np.intp)
-        high = np.full(n_rows, n + 1, dtype=np.intp)
+        z_min = np.zeros(n_rows, dtype=np.intp)
+        z_max = np.full(n_rows, n, dtype=np.intp)
         best = np.zeros(n_rows, dtype=np.intp)
         counts, losses, p_values = [], [], []
         for _ in range(steps):
-            mid = (low + high) // 2
-            active = mid > low
-            m = np.where(active, ends[rows, np.maximum(mid, 1) - 1], 0)
-            k = np.where(active, cum_errors[rows, np.maximum(m, 1) - 1], 0)
+            z = (z_min + z_max + 1) // 2
+            m = ends[rows, n - z]
+            k = cum_errors[rows, m - 1]
             p = risk_pvalue(k, m, risk, bound)
-            passed = active & (p <= delta / steps)
+            passed = p <= delta / steps
             best = np.where(passed, np.maximum(best, m), best)
-            low = np.where(passed, m, low)
-            high = np.where(active & ~passed, mid, high)
+            z_max = np.where(passed, z, z_max)
+            z_min = np.where(passed, z_min, z)
             counts.append(m)
             losses.append(k)
             p_values.append(p)
