@@ -290,14 +290,14 @@ def test_scores_margin_and_callable():
     X, y = make_logits(n_samples=2000, n_classes=4, seed=4, overconfidence=1.0)
     proba = softmax(X, axis=1)
     top2 = np.sort(proba, axis=1)[:, -2:]
-    margin = SelectiveClassifier(risk=0.15, score="margin").fit(X, y)
+    margin = SelectiveClassifier(risk=0.15, confidence_score="margin").fit(X, y)
     np.testing.assert_allclose(margin.decision_score(X), top2[:, 1] - top2[:, 0])
     entropy = SelectiveClassifier(
-        risk=0.15, score=lambda p: (p * np.log(p)).sum(axis=1)
+        risk=0.15, confidence_score=lambda p: (p * np.log(p)).sum(axis=1)
     ).fit(X, y)
     assert entropy.certified_
     with pytest.raises(ValueError, match="one value per sample"):
-        SelectiveClassifier(score=lambda p: p).fit(X, y)
+        SelectiveClassifier(confidence_score=lambda p: p).fit(X, y)
 
 
 def test_masked_logits_are_never_predicted():
@@ -691,7 +691,7 @@ def test_binary_failure_and_fallbacks():
         clf = CertifiedThresholdClassifier(metric="precision", target=0.99).fit(X, y)
     assert clf.threshold_ == math.inf and np.all(clf.predict(X) == 0)
     X3, y3 = make_logits(n_samples=100, n_classes=3, seed=0)
-    with pytest.raises(ValueError, match="binary"):
+    with pytest.raises(ValueError, match="Only binary classification"):
         CertifiedThresholdClassifier().fit(X3, y3)
 
 
@@ -719,7 +719,7 @@ def test_crc_hand_worked_example():
         [[0.7, 0.2, 0.1], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4], [0.5, 0.1, 0.4]]
     )
     y = np.array([0, 2, 0, 1])
-    clf = ConformalRiskClassifier(risk=1.5, class_weight=[4.0, 1.0, 1.0]).fit(
+    clf = ConformalRiskClassifier(risk=1.5, miss_cost=[4.0, 1.0, 1.0]).fit(
         np.log(proba), y
     )
     # true-label scores 0.3, 0.7, 0.7, 0.9 with losses 4, 1, 4, 1 when missed.
@@ -772,12 +772,12 @@ def test_crc_miscoverage_is_the_conformal_quantile(c10):
 def test_crc_too_few_samples_warns():
     X, y = make_logits(n_samples=20, n_classes=3, seed=0)
     with pytest.warns(UserWarning, match="Too few calibration samples"):
-        clf = ConformalRiskClassifier(risk=0.1, class_weight=[5, 1, 1]).fit(X, y)
+        clf = ConformalRiskClassifier(risk=0.1, miss_cost=[5, 1, 1]).fit(X, y)
     assert clf.threshold_ == math.inf and clf.predict_set(X).all()
     with pytest.raises(ValueError, match="not both"):
-        ConformalRiskClassifier(
-            class_weight=[1, 1, 1], cost_matrix=np.ones((3, 3))
-        ).fit(X, y)
+        ConformalRiskClassifier(miss_cost=[1, 1, 1], cost_matrix=np.ones((3, 3))).fit(
+            X, y
+        )
     with pytest.raises(ValueError, match="diagonal"):
         ConformalRiskClassifier(cost_matrix=np.ones((3, 3))).fit(X, y)
 

@@ -30,6 +30,7 @@ import warnings
 from numbers import Real
 
 import numpy as np
+from sklearn.utils.multiclass import type_of_target
 
 from ..utils._compat import Interval, StrOptions, _fit_context, check_is_fitted
 from ._bounds import (
@@ -39,7 +40,7 @@ from ._bounds import (
     risk_pvalue,
     risk_upper_bound,
 )
-from ._common import DecisionEstimator
+from ._common import DecisionEstimator, check_labels
 
 METRICS = ("precision", "recall", "specificity", "fpr")
 # The metric of the secondary objective that picks one certified threshold
@@ -287,11 +288,18 @@ default="bonferroni_holm"
             The fitted classifier.
         """
         grid = self._grid()
+        if y is not None:
+            y_type = type_of_target(check_labels(y), input_name="y")
+            if y_type != "binary":
+                raise ValueError(
+                    "Only binary classification is supported. The type of the "
+                    f"target is {y_type}."
+                )
         proba, y_codes = self._fit_probabilities(X, y)
         if len(self.classes_) != 2:
             raise ValueError(
-                f"{type(self).__name__} is for binary problems; got "
-                f"{len(self.classes_)} classes."
+                "Only binary classification is supported: "
+                f"{type(self).__name__} got {len(self.classes_)} classes."
             )
         positive = proba[:, 1]
         y_positive = y_codes == 1

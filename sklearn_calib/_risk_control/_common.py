@@ -15,7 +15,8 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import train_test_split
-from sklearn.utils import get_tags
+from sklearn.utils import get_tags, indexable
+from sklearn.utils.validation import assert_all_finite, column_or_1d
 
 from ..conformal import _masked_softmax
 from ..utils._compat import (
@@ -43,6 +44,15 @@ def masked_softmax(logits):
     for rows in row_chunks(*logits.shape):
         proba[rows] = _masked_softmax(logits[rows])[0]
     return proba
+
+
+def check_labels(y):
+    """1-D finite classification labels (a column vector warns, as in sklearn)."""
+    y = column_or_1d(np.asarray(to_numpy(y)), warn=True)
+    if y.dtype.kind in "fc":
+        assert_all_finite(y, input_name="y")
+    check_logit_labels(y)
+    return y
 
 
 class DecisionEstimator(ClassifierMixin, BaseEstimator):
@@ -86,10 +96,8 @@ class DecisionEstimator(ClassifierMixin, BaseEstimator):
                 "classes= is for calibrator=None; a calibrator states its own "
                 "classes: pass classes= to the calibrator instead."
             )
-        y = np.asarray(to_numpy(y))
-        if y.ndim == 2 and y.shape[1] == 1:
-            y = y[:, 0]
-        check_logit_labels(y)
+        y = check_labels(y)
+        (X,) = indexable(to_numpy(X))
         n_samples = _num_samples(X)
         if n_samples != y.shape[0]:
             raise ValueError(

@@ -24,6 +24,7 @@ from numbers import Real
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.utils import get_tags
 
 from ..conformal import CONFORMITY_SCORES, ConformalClassifier
 from ..utils._compat import (
@@ -101,15 +102,15 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
         As in :class:`ConformalClassifier`.
     risk : float > 0, default=0.1
         Target expected loss ``alpha`` (in the loss's units).
-    class_weight : array-like of shape (n_classes,) or dict, default=None
-        Loss ``class_weight[y]`` when the set misses the true class ``y``;
+    miss_cost : array-like of shape (n_classes,) or dict, default=None
+        Loss ``miss_cost[y]`` when the set misses the true class ``y``;
         None with ``cost_matrix=None`` is plain miscoverage (all ones). A dict
         maps class labels to weights (missing classes weigh 1).
     cost_matrix : array-like of shape (n_classes, n_classes), default=None
         ``cost_matrix[y, k]``: the cost of answering ``k`` when the truth is
         ``y`` (non-negative, zero on the diagonal; rows and columns follow
         ``classes_``). The loss of a set is its cheapest label's cost; the
-        empty set costs the row's maximum. Exclusive with ``class_weight``.
+        empty set costs the row's maximum. Exclusive with ``miss_cost``.
     conformity_score : {"lac", "aps", "raps", "saps", "top_k"}, default="lac"
         The score that orders the labels into sets (deterministic, so that
         the sets grow with the threshold).
@@ -160,7 +161,7 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
     >>> data = load_logits("c10_densenet40_guo")
     >>> weight = np.ones(10)
     >>> weight[3] = 5.0  # missing a cat costs five times as much
-    >>> clf = ConformalRiskClassifier(risk=0.1, class_weight=weight)
+    >>> clf = ConformalRiskClassifier(risk=0.1, miss_cost=weight)
     >>> clf = clf.fit(data.logits_val, data.y_val)
     >>> sets = clf.predict_set(data.logits_test)
     >>> missed = ~sets[np.arange(len(sets)), data.y_test]
@@ -171,7 +172,7 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
     _parameter_constraints: dict = {
         "calibrator": [HasMethods(["fit", "predict_proba"]), None],
         "risk": [Interval(Real, 0, None, closed="neither")],
-        "class_weight": ["array-like", dict, None],
+        "miss_cost": ["array-like", dict, None],
         "cost_matrix": ["array-like", None],
         "conformity_score": [StrOptions(set(CONFORMITY_SCORES))],
         "classes": ["array-like", None],
@@ -182,21 +183,21 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
         calibrator=None,
         *,
         risk=0.1,
-        class_weight=None,
+        miss_cost=None,
         cost_matrix=None,
         conformity_score="lac",
         classes=None,
     ):
         self.calibrator = calibrator
         self.risk = risk
-        self.class_weight = class_weight
+        self.miss_cost = miss_cost
         self.cost_matrix = cost_matrix
         self.conformity_score = conformity_score
         self.classes = classes
 
     def _cost(self, n_classes):
-        if self.class_weight is not None and self.cost_matrix is not None:
-            raise ValueError("Set class_weight or cost_matrix, not both.")
+        if self.miss_cost is not None and self.cost_matrix is not None:
+            raise ValueError("Set miss_cost or cost_matrix, not both.")
         if self.cost_matrix is not None:
             cost = np.asarray(self.cost_matrix, dtype=np.float64)
             if cost.shape != (n_classes, n_classes):
@@ -213,24 +214,24 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
                 )
         else:
             weight = np.ones(n_classes)
-            if isinstance(self.class_weight, dict):
-                for label, value in self.class_weight.items():
+            if isinstance(self.miss_cost, dict):
+                for label, value in self.miss_cost.items():
                     where = np.flatnonzero(self.classes_ == label)
                     if not where.size:
                         raise ValueError(
-                            f"class_weight names {label!r}, which is not a class "
+                            f"miss_cost names {label!r}, which is not a class "
                             f"({self.classes_.tolist()[:10]})."
                         )
                     weight[where] = value
-            elif self.class_weight is not None:
-                weight = np.asarray(self.class_weight, dtype=np.float64)
+            elif self.miss_cost is not None:
+                weight = np.asarray(self.miss_cost, dtype=np.float64)
                 if weight.shape != (n_classes,):
                     raise ValueError(
-                        f"class_weight must hold one weight per class ({n_classes}); "
+                        f"miss_cost must hold one cost per class ({n_classes}); "
                         f"got shape {weight.shape}."
                     )
             if not np.all(np.isfinite(weight)) or np.any(weight < 0):
-                raise ValueError("class_weight must hold finite non-negative weights.")
+                raise ValueError("miss_cost must hold finite non-negative costs.")
             cost = np.repeat(weight[:, None], n_classes, axis=1)
             np.fill_diagonal(cost, 0.0)
         if not cost.max() > 0:
@@ -345,5 +346,11 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()
-        tags.input_tags.allow_nan = False
+        if self.calibrator is None:
+            tags.input_tags.allow_nan = False
+        else:
+            inner = get_tags(self.calibrator)
+            tags.input_tags.sparse = inner.input_tags.sparse
+            tags.input_tags.allow_nan = inner.input_tags.allow_nan
+            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
         return tags

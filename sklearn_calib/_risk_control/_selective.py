@@ -197,7 +197,8 @@ class SelectiveClassifier(DecisionEstimator):
     confidence_level : float in (0, 1), default=0.9
         Probability, over the certification sample, that the guarantee holds
         (``1 - delta``).
-    score : {"max_proba", "margin"} or callable, default="max_proba"
+    confidence_score : {"max_proba", "margin"} or callable, \
+default="max_proba"
         Confidence: the (calibrated) probability of the predicted class, the
         gap between the two largest probabilities, or ``score(proba)``
         returning one finite value per sample (higher: more confident).
@@ -213,7 +214,7 @@ class SelectiveClassifier(DecisionEstimator):
         Size of the grid of candidate thresholds (fewer when scores tie).
     abstain_label : object, default=None
         What :meth:`predict` returns for abstentions; None means ``-1``, which
-        needs integer classes (set it for other labels). Must not be a class.
+        needs numeric classes (set it for string labels). Must not be a class.
     calibrator_fraction : float in (0, 1), default=0.5
         Fraction of the data of :meth:`fit` that fits a calibrator that is not
         frozen; ignored otherwise.
@@ -314,7 +315,7 @@ class SelectiveClassifier(DecisionEstimator):
         "risk": [Interval(Real, 0, 1, closed="neither")],
         "coverage": [Interval(Real, 0, 1, closed="neither")],
         "confidence_level": [Interval(Real, 0, 1, closed="neither")],
-        "score": [StrOptions(set(SCORES)), callable],
+        "confidence_score": [StrOptions(set(SCORES)), callable],
         "bound": [StrOptions(set(BOUNDS))],
         "error_control": [StrOptions(set(ERROR_CONTROLS))],
         "n_thresholds": [Interval(Integral, 1, None, closed="left")],
@@ -329,7 +330,7 @@ class SelectiveClassifier(DecisionEstimator):
         risk=0.05,
         coverage=0.8,
         confidence_level=0.9,
-        score="max_proba",
+        confidence_score="max_proba",
         bound="binomial",
         error_control="fixed_sequence",
         n_thresholds=100,
@@ -343,7 +344,7 @@ class SelectiveClassifier(DecisionEstimator):
         self.risk = risk
         self.coverage = coverage
         self.confidence_level = confidence_level
-        self.score = score
+        self.confidence_score = confidence_score
         self.bound = bound
         self.error_control = error_control
         self.n_thresholds = n_thresholds
@@ -374,7 +375,7 @@ class SelectiveClassifier(DecisionEstimator):
         proba, y_codes = self._fit_probabilities(X, y)
         self.abstain_label_ = self._resolve_abstain_label()
         errors = proba.argmax(axis=1) != y_codes
-        scores = confidence_scores(proba, self.score)
+        scores = confidence_scores(proba, self.confidence_score)
         n = len(scores)
         self.n_certification_samples_ = n
         if self.control == "risk":
@@ -437,9 +438,9 @@ class SelectiveClassifier(DecisionEstimator):
     def _resolve_abstain_label(self):
         label = self.abstain_label
         if label is None:
-            if self.classes_.dtype.kind not in "iu":
+            if self.classes_.dtype.kind not in "iuf":
                 raise ValueError(
-                    f"The classes {self.classes_.tolist()[:5]} are not integers, so "
+                    f"The classes {self.classes_.tolist()[:5]} are not numbers, so "
                     "the default abstention label -1 does not fit them: set "
                     "abstain_label (for example abstain_label='abstain')."
                 )
@@ -464,7 +465,7 @@ class SelectiveClassifier(DecisionEstimator):
         scores : ndarray of shape (n_samples,)
         """
         check_is_fitted(self)
-        return confidence_scores(self._probabilities(X), self.score)
+        return confidence_scores(self._probabilities(X), self.confidence_score)
 
     def accept(self, X):
         """Whether each sample is accepted (its prediction is given).
@@ -495,7 +496,7 @@ class SelectiveClassifier(DecisionEstimator):
         """
         check_is_fitted(self)
         proba = self._probabilities(X)
-        accepted = confidence_scores(proba, self.score) >= self.threshold_
+        accepted = confidence_scores(proba, self.confidence_score) >= self.threshold_
         labels = self.classes_[proba.argmax(axis=1)]
         dtype = np.result_type(labels, np.asarray(self.abstain_label_))
         return np.where(accepted, labels.astype(dtype), self.abstain_label_)

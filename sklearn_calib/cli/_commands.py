@@ -339,6 +339,9 @@ def run_report(args, out=None):
         labels=column_labels(raw),
         as_frame=False,
     )
+    from ._decisions import decision_protocol, decision_rows
+
+    decisions = decision_rows(y_eval, probabilities, seed=args.seed)
     report = {
         "data": source,
         "evaluation": evaluation,
@@ -354,6 +357,8 @@ def run_report(args, out=None):
             f"mean of {n_splits} random 50/50 calibration/evaluation splits of the "
             "scored samples"
         ),
+        "decisions": decisions,
+        "decisions_protocol": decision_protocol(len(y_eval)),
     }
     out.write(format_report(report, args.format, stream=out))
     if args.out is not None:
