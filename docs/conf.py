@@ -88,6 +88,7 @@ USER_GUIDE_ORDER = [
     "metrics",
     "binning",
     "conformal",
+    "decisions",
     "command_line",
     "datasets",
 ]
