@@ -32,7 +32,7 @@ from sklearn_calib import (  # noqa: E402
     StructuredMatrixScaling,
     StructuredVectorScaling,
 )
-from sklearn_calib._structured import structured_features  # noqa: E402
+from sklearn_calib._scaling.structured import structured_features  # noqa: E402
 
 QUICK_SETS = [
     "c10_densenet40_guo",

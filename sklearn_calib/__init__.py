@@ -6,23 +6,23 @@ matplotlib: torch is loaded when a calibrator is fitted, matplotlib when a
 figure is drawn.
 """
 
-from ._binning import HistogramBinning, IsotonicCalibration
-from ._composite import MarginTemperatureScaling
-from ._ensemble import EnsembleTemperatureScaling
-from ._meta import CalibratedClassifier
-from ._parametric_binary import BetaCalibration, QuadraticScaling
-from ._scaling import (
+from ._binning.histogram import HistogramBinning, IsotonicCalibration
+from ._binning.spline import SplineCalibration
+from ._binning.venn_abers import VennAbersCalibration
+from ._margin.margin_temperature import MarginTemperatureScaling
+from ._margin.smart import SMART
+from ._meta.calibrated_classifier import CalibratedClassifier
+from ._meta.selector import CalibratorSelector
+from ._scaling.affine import (
     DirichletCalibration,
     MatrixScaling,
     PlattScaling,
     TemperatureScaling,
     VectorScaling,
 )
-from ._selection import CalibratorSelector
-from ._smart import SMART
-from ._spline import SplineCalibration
-from ._structured import StructuredMatrixScaling, StructuredVectorScaling
-from ._venn_abers import VennAbersCalibration
+from ._scaling.beta_quadratic import BetaCalibration, QuadraticScaling
+from ._scaling.ensemble_temperature import EnsembleTemperatureScaling
+from ._scaling.structured import StructuredMatrixScaling, StructuredVectorScaling
 from .base import BaseCalibrator
 
 __version__ = "0.1.0"

@@ -5,14 +5,21 @@ from abc import abstractmethod
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, TransformerMixin
 
-from ._chunks import as_chunk_source, is_dask_array, is_out_of_core, map_dask_method
+from ._chunks.first_pass import ScannedChunks
+from ._chunks.sources import (
+    as_chunk_source,
+    is_dask_array,
+    is_out_of_core,
+    map_dask_method,
+)
+from .chunked import fits_from_chunks
 from .utils._compat import _fit_context, check_is_fitted
 from .utils._fitted_state import (
     check_state_array,
     check_state_classes,
     check_state_int,
 )
-from .utils._math import log_softmax, row_chunks, softmax
+from .utils._math import log_softmax, row_blocks, softmax
 from .utils._validation import (
     check_logits,
     check_logits_and_labels,
@@ -113,19 +120,23 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         self : object
             The fitted calibrator.
         """
-        if is_out_of_core(X):
-            # Data on disk or in a dask graph: the chunked fit, for the methods
-            # that have one (the others read the array into memory, as before).
-            from ._chunked_fit import chunked_fitter, fit_source
-
-            if chunked_fitter(self) is not None:
-                return fit_source(self, as_chunk_source(X, y, sample_weight))
+        if is_out_of_core(X) and fits_from_chunks(self):
+            # Data on disk or in a dask graph: the class's own chunked fit (the
+            # other calibrators read the array into memory).
+            return self._fit_source(as_chunk_source(X, y, sample_weight))
         X, y = check_logits_and_labels(self, X, y)
+        # validate_data recorded n_features_in_ (and feature_names_in_); they
+        # are set again last, like classes_, so that a fit that raises leaves
+        # no state that looks fitted.
+        seen = {
+            name: vars(self).pop(name)
+            for name in ("n_features_in_", "feature_names_in_")
+            if name in vars(self)
+        }
         sample_weight = check_sample_weight(sample_weight, X)
         classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
         self._fit(expand_binary_scores(X), y_encoded, sample_weight)
-        # Set last: a fit that raises leaves no classes_ (and so no state
-        # that looks fitted but is incomplete).
+        vars(self).update(seen)
         self.classes_ = classes
         return self
 
@@ -134,11 +145,11 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         """Fit the calibrator on data given in chunks, in bounded memory.
 
         The data is read a few times, one chunk at a time (or as a dask graph,
-        chunks in parallel), and never held in memory as a whole.
-        TemperatureScaling, VectorScaling and PlattScaling reach the same
-        solution as :meth:`fit` on the concatenated data (the same tolerance),
-        HistogramBinning the same bins; SMART trains by mini-batches, one Adam
-        step per chunk. Other calibrators raise a ``TypeError``.
+        chunks in parallel), and never held in memory as a whole. The
+        calibrators with a chunked fit are those for which
+        :func:`sklearn_calib.chunked.fits_from_chunks` is true (its
+        documentation says how each compares with :meth:`fit`); the others
+        raise a ``TypeError``.
 
         Parameters
         ----------
@@ -158,10 +169,41 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         See Also
         --------
         fit : Also accepts dask, zarr and memmap arrays directly.
+        sklearn_calib.chunked.fits_from_chunks : Which calibrators can.
         """
-        from ._chunked_fit import fit_source
+        return self._fit_source(as_chunk_source(chunks))
 
-        return fit_source(self, as_chunk_source(chunks))
+    def _fit_source(self, source):
+        """The chunked fit: a first pass over the chunks, then the class's own.
+
+        A calibrator that fits from chunks defines ``_fit_chunked(self, data)``
+        (``data`` a :class:`~sklearn_calib._chunks.first_pass.ScannedChunks`:
+        encoded chunks and what the first pass learnt) and stores its own
+        fitted attributes there; ``_chunk_sample_rows`` may name rows to
+        gather in the first pass. ``classes_`` and ``n_features_in_`` are set
+        here, last, as in :meth:`fit`.
+        """
+        if not fits_from_chunks(self):
+            raise TypeError(
+                f"{type(self).__name__} cannot be fitted from chunks (dask, zarr "
+                "or memmap arrays, or an iterable of chunks): it has no chunked "
+                "fit (sklearn_calib.chunked.fits_from_chunks tells which "
+                "calibrators do). Load the data into a numpy array (for example "
+                "X.compute()) if it fits in memory."
+            )
+        data = ScannedChunks(
+            source, classes=self.classes, sample_rows=self._chunk_sample_rows()
+        )
+        self._fit_chunked(data)
+        if hasattr(self, "feature_names_in_"):
+            del self.feature_names_in_
+        self.n_features_in_ = data.n_cols
+        self.classes_ = data.classes
+        return self
+
+    def _chunk_sample_rows(self):
+        """``rows(n_samples)`` the chunked fit reads besides its passes, or None."""
+        return None
 
     @abstractmethod
     def _fit(self, logits, y, sample_weight):
@@ -220,7 +262,7 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
         """
         logits = self._check_fitted_input(X)
         out = np.empty(logits.shape, dtype=logits.dtype)
-        for rows in row_chunks(*logits.shape):
+        for rows in row_blocks(*logits.shape):
             out[rows] = finish(self._calibrated_block(logits[rows], logits.dtype))
         return out
 
@@ -291,7 +333,7 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
             return map_dask_method(self, X, "predict")
         logits = self._check_fitted_input(X)
         codes = np.empty(logits.shape[0], dtype=np.intp)
-        for rows in row_chunks(*logits.shape):
+        for rows in row_blocks(*logits.shape):
             # The argmax of the probabilities predict_proba returns, computed
             # the same way: calibrated logits whose top two differ in the last
             # bit can round to equal probabilities, and ties go to the first.

@@ -21,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from ._chunks import default_chunk_rows, import_dask_array
+from ._chunks.sources import default_chunk_rows, import_dask_array, reiterable
 
-__all__ = ["ChunkedDataset", "apply_chunks", "open_chunks"]
+__all__ = ["ChunkedDataset", "apply_chunks", "fits_from_chunks", "open_chunks"]
 
 
 def _npy_header(path):
@@ -576,13 +576,12 @@ def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
     >>> np.allclose(np.load(out), ts.predict_proba(logits))
     True
     """
-    from ._chunks import _reiterable
     from .utils._compat import check_is_fitted
 
     if method not in _APPLY_METHODS:
         raise ValueError(f"method must be one of {_APPLY_METHODS}, got {method!r}.")
     check_is_fitted(estimator)
-    factory = _reiterable(chunks)
+    factory = reiterable(chunks)
     n_samples = getattr(chunks, "n_samples", None)
     if n_samples is None:
         n_samples = sum(np.shape(_chunk_logits(c))[0] for c in factory())
@@ -617,3 +616,37 @@ def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
             "data changed between two reads."
         )
     return path
+
+
+def fits_from_chunks(estimator):
+    """Whether ``estimator`` fits from chunks in bounded memory.
+
+    A calibrator that can is fitted by
+    :meth:`~sklearn_calib.BaseCalibrator.fit_chunks` (an iterable of chunks,
+    or a :class:`ChunkedDataset`) and reads a dask, zarr or memmap ``X`` given
+    to ``fit`` chunk by chunk; the others raise a ``TypeError`` from
+    ``fit_chunks`` and read such an ``X`` into memory in ``fit``. Today:
+    TemperatureScaling, VectorScaling and PlattScaling, which reach the same
+    solution as ``fit`` on the concatenated data (to the same tolerance),
+    HistogramBinning, which finds the same bins, and SMART, which trains by
+    mini-batches (one Adam step per chunk; with one chunk, the full-batch
+    fit).
+
+    Parameters
+    ----------
+    estimator : object
+        A calibrator (fitted or not), or any estimator.
+
+    Returns
+    -------
+    bool
+        True when the estimator's class has its own chunked fit.
+
+    Examples
+    --------
+    >>> from sklearn_calib import MatrixScaling, TemperatureScaling
+    >>> from sklearn_calib.chunked import fits_from_chunks
+    >>> fits_from_chunks(TemperatureScaling()), fits_from_chunks(MatrixScaling())
+    (True, False)
+    """
+    return callable(getattr(estimator, "_fit_chunked", None))

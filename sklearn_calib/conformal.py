@@ -39,7 +39,7 @@ from .utils._fitted_state import (
     fail_state,
     get_state,
 )
-from .utils._math import row_chunks
+from .utils._math import row_blocks
 from .utils._validation import (
     check_logit_labels,
     check_sample_weight,
@@ -553,7 +553,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             u = random_state.uniform(size=proba.shape[0])
             self._prediction_seed = int(random_state.randint(np.iinfo(np.int32).max))
         scores = np.empty(proba.shape[0], dtype=np.float64)
-        for rows in row_chunks(*proba.shape):
+        for rows in row_blocks(*proba.shape):
             block = self._scores(proba[rows], None if u is None else u[rows])
             if masked is not None:
                 block[masked[rows]] = np.inf
@@ -582,7 +582,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         proba = np.empty(logits.shape, dtype=np.float64)
         masked = np.zeros(logits.shape, dtype=bool)
         any_masked = False
-        for rows in row_chunks(*logits.shape):
+        for rows in row_blocks(*logits.shape):
             block, block_mask = _masked_softmax(logits[rows])
             proba[rows] = block
             if block_mask is not None:
@@ -657,7 +657,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if self._randomized:
             u = np.random.RandomState(self._prediction_seed).uniform(size=len(proba))
         sets = np.empty(proba.shape, dtype=bool)
-        for rows in row_chunks(*proba.shape):
+        for rows in row_blocks(*proba.shape):
             block = self._scores(proba[rows], None if u is None else u[rows])
             if masked is not None:
                 block[masked[rows]] = np.inf
@@ -684,7 +684,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             return self.calibrator_.predict_proba(X)
         logits = self._check_logits(X, reset=False)
         out = np.empty(logits.shape, dtype=logits.dtype)
-        for rows in row_chunks(*logits.shape):
+        for rows in row_blocks(*logits.shape):
             out[rows] = _masked_softmax(logits[rows])[0]
         return out
 

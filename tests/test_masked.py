@@ -159,7 +159,7 @@ MASKED_EQUALITY = {
         "its penalty strengths grow with the number of columns (K^rho), and a "
         "finite sentinel column takes its share e / K of the uniform mixture; "
         "with -inf and rho=0 the fit of the other classes is unchanged "
-        "(tests/test_structured.py)",
+        "(tests/scaling/test_structured.py)",
     ),
     "StructuredMatrixScaling": MaskedEquality(
         False,

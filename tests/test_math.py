@@ -5,7 +5,7 @@ import pytest
 from scipy.special import log_softmax as scipy_log_softmax
 from scipy.special import softmax as scipy_softmax
 
-from sklearn_calib.utils._math import log_softmax, row_chunks, scale_logits, softmax
+from sklearn_calib.utils._math import log_softmax, row_blocks, scale_logits, softmax
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -42,8 +42,8 @@ def test_scale_logits_is_a_temperature_without_overflow():
     )
 
 
-def test_row_chunks_cover_every_row_once():
-    rows = list(row_chunks(1000, 30, max_elements=300))
+def test_row_blocks_cover_every_row_once():
+    rows = list(row_blocks(1000, 30, max_elements=300))
     assert all(r.stop - r.start <= 10 for r in rows)
     covered = np.concatenate([np.arange(1000)[r] for r in rows])
     np.testing.assert_array_equal(covered, np.arange(1000))

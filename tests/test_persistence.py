@@ -130,7 +130,7 @@ def test_skops_file_round_trip_with_listed_trusted_types(tmp_path, fitted_cases)
 def test_trusted_types_list_every_public_estimator():
     trusted = skops_trusted_types()
     expected = {f"{cls.__module__}.{cls.__qualname__}" for cls in CALIBRATORS}
-    expected.add("sklearn_calib._meta.CalibratedClassifier")
+    expected.add("sklearn_calib._meta.calibrated_classifier.CalibratedClassifier")
     expected.add("sklearn_calib.conformal.ConformalClassifier")
     # What a CalibratorSelector's scorer_ holds: the scorer class and the
     # metric of each of the library's scorers.

@@ -395,6 +395,9 @@ class _Objective:
             return
         self.frozen = frozen
         self.free = torch.nonzero(~frozen).squeeze(1)
+        # A common shift of the free rows of W moves them against the frozen
+        # ones: no longer invisible.
+        self.free_rows = False
         self.hold_bias_mean = hold_bias_mean
 
     def project(self, direction):
@@ -631,8 +634,10 @@ class _Objective:
                     x, q = x[:, free], q[:, free]
                 xk = torch.stack([x, torch.ones_like(x)], dim=2)  # (n, F, 2)
             else:
+                if free is not None:
+                    q = q[:, free]
                 xa = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
-                xk = xa[:, None, :].expand(-1, k, -1)  # (n, K, K+1)
+                xk = xa[:, None, :].expand(-1, n_free, -1)  # (n, F, K+1)
             v = (q[:, :, None] * xk).reshape(-1, n_params)
             hessian -= v.T @ (v * w[:, None])
             wq = (w[:, None] * q)[:, :, None] * xk
@@ -1159,6 +1164,21 @@ def fit_affine(
                 objective = _Objective(features, y, weights, kind, penalty, mask)
                 theta = theta[kept]
         objective.freeze(frozen, hold_bias_mean=not bool(separable.any()))
+    elif kind == "matrix" and penalty.diagonal == 0:
+        # The diagonal is never penalised: a class without a calibration sample
+        # has no finite W_kk (its probability should go to 0 on every row, and
+        # W_kk runs to -infinity wherever its logits share a sign), so its
+        # calibrated logits would sit wherever the solver stops, their digits
+        # set by rounding and the thread count. Such a class keeps its
+        # temperature-scaling row (W_kk = beta, 0, b_k = 0), as in the vector
+        # map; with an unpenalised bias the free biases' mean is held too.
+        mass = torch.zeros(objective.n_classes, dtype=torch.float64, device=device)
+        mass.scatter_add_(0, objective.y, objective.weights64)
+        absent = mass == 0
+        n_absent = int(absent.sum())
+        if n_absent and not bool(absent.all()):
+            frozen = absent
+            objective.freeze(frozen, hold_bias_mean=not penalty.bias > 0)
 
     # With every class kept at the start, the fit is the temperature solve.
     solver_name = "none"

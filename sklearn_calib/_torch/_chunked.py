@@ -81,22 +81,11 @@ def _shifted(logits, exponent):
     return shifted.clamp_(min=torch.finfo(shifted.dtype).min)
 
 
-def _check_true_class_unmasked(logits, codes, weights):
-    true = logits.gather(1, codes.view(-1, 1)).squeeze(1)
-    impossible = torch.isneginf(true) & (weights > 0)
-    if bool(impossible.any()):
-        raise ValueError(
-            "A sample is labelled with a class whose logit is -inf (masked): its "
-            "probability is 0 at every temperature, so the negative "
-            "log-likelihood is infinite. Unmask the class or drop the sample (or "
-            "give it sample_weight 0)."
-        )
-
-
 def temperature_chunk_sums(logits, codes, weights, beta, exponent):
     """``[W, W L'(beta), W L''(beta)]`` of one chunk (W its total weight).
 
-    ``beta`` applies to the logits scaled by ``2**exponent``.
+    ``beta`` applies to the logits scaled by ``2**exponent``. The caller has
+    checked that no row of positive weight has its true class masked.
     """
     if logits.shape[0] == 0:
         return np.zeros(3)
@@ -106,7 +95,6 @@ def temperature_chunk_sums(logits, codes, weights, beta, exponent):
     total = float(weights.sum())
     if not total > 0:
         return np.zeros(3)
-    _check_true_class_unmasked(logits, codes, weights)
     # _Problem normalises its weights in place: a copy, not the chunk's array.
     problem = _Problem(_shifted(logits, exponent), codes, weights.clone())
     first, second = problem.derivatives(beta)
@@ -267,6 +255,8 @@ class SmartMiniBatchTrainer:
     def __init__(
         self, coefs, intercepts, *, loss, n_bins, sigma, delta, lr, dtype, device
     ):
+        # dtype: the numpy dtype of the logits (float32 or float64).
+        dtype = torch.float64 if np.dtype(dtype) == np.float64 else torch.float32
         self.network = _Network(coefs, intercepts, dtype, device)
         self.loss = loss
         self.delta = delta

@@ -317,11 +317,9 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     -------
     TemperatureFit
 
-    Raises
-    ------
-    ValueError
-        When a sample of positive weight has the label of a masked class: its
-        likelihood is 0 at every temperature.
+    The caller has checked that no sample of positive weight has the label of
+    a masked class (``check_true_class_unmasked``): its likelihood would be 0
+    at every temperature.
     """
     # Only ratios matter: dividing by the largest weight keeps every sum
     # finite (weights of 1e300) and away from subnormals (1e-310). A copy,
@@ -329,17 +327,6 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     weights = weights.to(torch.float64, copy=True)
     weights.div_(weights.max())
     shifted, prescale, masked = _shift(logits)
-    if masked:
-        true_shifted = shifted.gather(1, y.view(-1, 1)).squeeze(1)
-        impossible = torch.isneginf(true_shifted) & (weights > 0)
-        if bool(impossible.any()):
-            row = int(torch.nonzero(impossible)[0])
-            raise ValueError(
-                f"Sample {row} is labelled with a class whose logit is -inf "
-                "(masked): its probability is 0 at every temperature, so the "
-                "negative log-likelihood is infinite. Unmask the class or drop "
-                "the sample (or give it sample_weight 0)."
-            )
 
     # The scales only set the bracket of beta: evenly spaced rows of positive
     # weight suffice, unless none of them has a runner-up logit.

@@ -290,7 +290,7 @@ def chunked_row(name, cls, splits, args, classes):
     """
     from sklearn.utils import get_tags
 
-    from .._chunked_fit import chunked_fitter
+    from ..chunked import fits_from_chunks
     from ..metrics import chunked_calibration_report
     from ._evaluation import failure_reason
 
@@ -303,7 +303,7 @@ def chunked_row(name, cls, splits, args, classes):
         get_tags(estimator).classifier_tags.multi_class
     ):
         return {"method": name, **empty, "note": "skipped: binary problems only"}
-    if chunked_fitter(estimator) is None:
+    if not fits_from_chunks(estimator):
         return {
             "method": name,
             **empty,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..utils._validation import as_float_2d
 from ._common import CommandError
 from ._io import LABEL_KEYS, SPLIT_KEYS, check_input_path, label_column, read_arrays
 from ._io import read_table as _read_table
@@ -30,26 +31,14 @@ def as_logits(array, where):
     ``-inf`` marks a masked class (probability 0); NaN and ``+inf`` are
     errors, and so is a row in which every class is masked.
     """
-    array = np.asarray(array)
-    if array.dtype == object or not (
-        np.issubdtype(array.dtype, np.floating)
-        or np.issubdtype(array.dtype, np.integer)
-    ):
-        raise CommandError(
-            f"{where}: logits must be a numeric array, got dtype {array.dtype}"
-        )
-    if array.ndim == 1:
-        # One score per sample: the positive-class score of a binary problem.
-        array = array[:, None]
-    if array.ndim != 2:
-        raise CommandError(
-            f"{where}: logits must be 2-D (n_samples, n_classes), got shape "
-            f"{array.shape}"
-        )
+    try:
+        # One score per sample (1-D) is the positive-class score of a binary
+        # problem.
+        array = as_float_2d(array, input_name="logits")
+    except (TypeError, ValueError) as exc:
+        raise CommandError(f"{where}: {exc}") from exc
     if array.shape[0] == 0:
         raise CommandError(f"{where}: logits hold no samples")
-    if array.dtype not in (np.float32, np.float64):
-        array = array.astype(np.float64)
     for bad, kind in ((np.isnan(array), "NaN"), (array == np.inf, "infinity")):
         if bad.any():
             row = int(np.argwhere(bad)[0][0])

@@ -18,10 +18,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..utils._compat import Interval, StrOptions, validate_params
+from ..utils._math import row_blocks
 from ..utils._validation import check_metric_inputs
 
 # Row blocks of about this many probabilities stay in the L2 cache.
-_BLOCK_ELEMENTS = 2**17
+BLOCK_ELEMENTS = 2**17
 # Up to this many classes, blocks are transposed into class-major copies.
 _TRANSPOSE_MAX_CLASSES = 48
 # Bootstrap weight matrices are processed in slabs of about this many entries.
@@ -38,13 +39,6 @@ _BINNED_CONSTRAINTS = {
     "n_bins": [Interval(Integral, 1, None, closed="left")],
     "strategy": [StrOptions({"uniform", "quantile"})],
 }
-
-
-def _row_blocks(n_samples, n_classes):
-    """Row slices of about ``_BLOCK_ELEMENTS`` probabilities each."""
-    step = max(1, _BLOCK_ELEMENTS // n_classes)
-    for start in range(0, n_samples, step):
-        yield slice(start, min(start + step, n_samples))
 
 
 def _class_major_block(y_prob, rows):
@@ -100,7 +94,7 @@ def top_label(y_prob, y_codes):
     n_samples, n_classes = y_prob.shape
     confidence = np.empty(n_samples, dtype=y_prob.dtype)
     correct = np.empty(n_samples, dtype=bool)
-    for rows in _row_blocks(n_samples, n_classes):
+    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
         confidence[rows], correct[rows] = _block_top_label(y_prob, rows, y_codes[rows])
     return confidence, correct
 
@@ -281,7 +275,7 @@ def add_uniform_statistics(
     """
     n_samples, n_classes = y_prob.shape
     offsets = n_bins * np.arange(n_classes)[:, None]
-    for rows in _row_blocks(n_samples, n_classes):
+    for rows in row_blocks(n_samples, n_classes, max_elements=BLOCK_ELEMENTS):
         truth = y_codes[rows]
         w = None if weights is None else weights[rows]
         if multiclass == "top-label":

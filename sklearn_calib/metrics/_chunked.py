@@ -5,13 +5,15 @@ from numbers import Integral
 
 import numpy as np
 
-from .._chunks import as_chunk_source
+from .._chunks.quantiles import (
+    EqualMassSelection,
+    digit_bits_for,
+    equal_mass_targets,
+)
+from .._chunks.sources import as_chunk_source
 from ._accumulators import (
     BinnedCalibrationAccumulator,
     ProperScoreAccumulator,
-    _EqualMassSelection,
-    digit_bits_for,
-    equal_mass_targets,
 )
 from ._calibration import top_label
 from ._report import DEFAULT_REPORT_METRICS, REPORT_METRICS
@@ -114,7 +116,7 @@ def select_equal_mass_edges(
     targets = np.broadcast_to(targets, (n_groups, n_bins - 1))
     if n_bins == 1:
         return np.tile([0.0, 1.0], (n_groups, 1))
-    selection = _EqualMassSelection(
+    selection = EqualMassSelection(
         targets,
         _key_dtype(source, from_logits),
         digit_bits_for(targets.size),

@@ -9,11 +9,9 @@ from typing import NamedTuple
 import numpy as np
 
 from ..utils._compat import validate_params
+from ..utils._math import row_blocks
 from ..utils._validation import check_metric_inputs
 from ._calibration import _BINNED_CONSTRAINTS, _COMMON_CONSTRAINTS, binned_state
-
-# Rows per block when a per-sample loss reads the whole probability array.
-_BLOCK_ELEMENTS = 2**18
 
 
 def _true_class_proba(y_prob, y_codes):
@@ -38,10 +36,9 @@ def _brier_losses(y_codes, y_prob):
     """Per-sample ``sum_k (q_ik - 1[y_i = k])^2 = sum_k q_ik^2 - 2 q_{i,y_i} + 1``."""
     n_samples, n_classes = y_prob.shape
     squares = np.empty(n_samples)
-    step = max(1, _BLOCK_ELEMENTS // n_classes)
-    for start in range(0, n_samples, step):
-        block = y_prob[start : start + step].astype(np.float64)
-        squares[start : start + step] = np.einsum("ij,ij->i", block, block)
+    for rows in row_blocks(n_samples, n_classes):
+        block = y_prob[rows].astype(np.float64)
+        squares[rows] = np.einsum("ij,ij->i", block, block)
     return squares - 2 * _true_class_proba(y_prob, y_codes) + 1
 
 

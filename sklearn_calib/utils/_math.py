@@ -72,11 +72,13 @@ def scale_logits(logits, factor):
     return out
 
 
-def row_chunks(n_rows, n_cols, *, max_elements=2**18):
+def row_blocks(n_rows, n_cols, *, max_elements=2**18):
     """Yield slices of rows holding at most about ``max_elements`` values.
 
-    Prediction works chunk by chunk so that the temporaries of a large
-    ``(n_samples, n_classes)`` problem stay a small fraction of the output.
+    The one row-block generator of the package: prediction, the metric
+    kernels and the sums of the chunked fits work block by block so that the
+    temporaries of a large ``(n_samples, n_classes)`` problem stay a small
+    fraction of the data.
     """
     step = max(1, max_elements // max(1, n_cols))
     for start in range(0, n_rows, step):

@@ -7,8 +7,8 @@ considered for the common tests.
 
 import numpy as np
 
-from .._binning import IsotonicCalibration
-from .._scaling import TemperatureScaling
+from .._binning.histogram import IsotonicCalibration
+from .._scaling.affine import TemperatureScaling
 
 # Constructor parameters that keep the common tests fast. An empty dict means
 # the defaults are already fast.
@@ -23,7 +23,7 @@ FAST_PARAMS = {
     },
     "HistogramBinning": {},
     # A temperature base fitted once keeps the checks fast (the default base
-    # cross-validates matrix scaling; tests/test_composite.py covers cv), and
+    # cross-validates matrix scaling; tests/margin/test_composite.py covers cv), and
     # weighted and repeated rows then share their folds; tight tol for the
     # weight checks.
     "MarginTemperatureScaling": {
@@ -92,12 +92,6 @@ _NO_OPTIMUM_REASON = (
     "as they grow), so weighted and repeated fits stop at different points of "
     "that ray"
 )
-_NO_OPTIMUM_DIRICHLET_REASON = (
-    "the check's 15 samples hold 3 of the 30 columns' classes; the features are "
-    "log-probabilities, all negative, so the unpenalised diagonal weight of an "
-    "absent class has no finite optimum (the NLL keeps falling as it grows), "
-    "and weighted and repeated fits stop at different points of that ray"
-)
 # Calibrators whose fit depends on the number of samples n, read from the
 # weights as Kish's effective sample size (sum w)^2 / sum w^2: scale-free, but
 # integer weights are not repeated rows.
@@ -158,9 +152,6 @@ _BINARY_ONLY_TABLE = {
 # reason removes a common expected failure that the calibrator passes (a
 # binary-only classifier gets binary data of the right width in those checks).
 EXPECTED_FAILED_CHECKS: dict[str, dict[str, str | None]] = {
-    "DirichletCalibration": {
-        "check_sample_weight_equivalence_on_dense_data": _NO_OPTIMUM_DIRICHLET_REASON
-    },
     "VectorScaling": {
         "check_sample_weight_equivalence_on_dense_data": _NO_OPTIMUM_REASON
     },
@@ -205,10 +196,6 @@ REASON_ERRORS = {
     _MONOTONE_REVERSED_REASON: (AssertionError, r"^$"),
     _NO_OPTIMUM_REASON: (AssertionError, r"fitting with `sample_weight` is not"),
     _EFFECTIVE_SIZE_REASON: (
-        AssertionError,
-        r"fitting with `sample_weight` is not",
-    ),
-    _NO_OPTIMUM_DIRICHLET_REASON: (
         AssertionError,
         r"fitting with `sample_weight` is not",
     ),

@@ -93,6 +93,109 @@ def check_masked_logits(X, *, input_name="X"):
     )
 
 
+def as_float_2d(X, *, input_name="X", what="logits"):
+    """A numeric array as a float32 or float64 2-D array (1-D: one column).
+
+    The one coercion of an array of numbers (logits, probabilities, a chunk
+    of either) into the 2-D float array the kernels read: float32 and float64
+    are kept, other numbers (integers, booleans) become float64. A
+    ``TypeError`` names an array that does not hold numbers, a ``ValueError``
+    one with more than two dimensions. ``what`` says what the numbers are,
+    for the messages.
+    """
+    if hasattr(X, "to_numpy") and not isinstance(X, np.ndarray):
+        X = X.to_numpy()
+    X = np.asarray(to_numpy(X))
+    if X.dtype == object or not (np.issubdtype(X.dtype, np.number) or X.dtype == bool):
+        raise TypeError(
+            f"{input_name} must hold numbers ({what}), got an array of dtype {X.dtype}."
+        )
+    if X.dtype not in (np.float32, np.float64):
+        X = X.astype(np.float64)
+    if X.ndim == 1:
+        X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(
+            f"{input_name} must be 2-D (n_samples, n_classes), or 1-D for one "
+            f"score per sample; got an array with {X.ndim} dimensions."
+        )
+    return X
+
+
+def check_chunk(X, y, sample_weight, *, check_values=True):
+    """One chunk of a chunked fit as validated numpy arrays.
+
+    Returns ``(X, y, sample_weight)``: ``X`` a float32 or float64 2-D array of
+    logits (-inf marks a masked class, checked by
+    :func:`check_masked_logits`), ``y`` one label per row, ``sample_weight``
+    None or a float64 array of one finite non-negative weight per row. The
+    messages are those of the in-memory checks. ``check_values=False`` checks
+    only types and shapes, for a chunk whose values a first pass checked.
+    """
+    X = as_float_2d(X)
+    if check_values:
+        check_masked_logits(X)
+    y = check_labels_per_row(np.asarray(to_numpy(y)), X.shape[0])
+    if check_values and y.dtype.kind in "fc":
+        assert_all_finite(y, input_name="y")
+    if sample_weight is not None:
+        sample_weight = np.asarray(to_numpy(sample_weight), dtype=np.float64)
+        if sample_weight.ndim != 1 or sample_weight.shape[0] != X.shape[0]:
+            raise ValueError(
+                f"sample_weight.shape == {sample_weight.shape}, expected "
+                f"({X.shape[0]},)!"
+            )
+        if check_values and not np.all(np.isfinite(sample_weight)):
+            raise ValueError("sample_weight contains NaN or infinity.")
+        if check_values and sample_weight.shape[0] and sample_weight.min() < 0:
+            raise ValueError("Negative values in data passed to `sample_weight`.")
+    return X, y, sample_weight
+
+
+def check_true_class_unmasked(logits, y, sample_weight=None, *, classes=None, of=""):
+    """ValueError when a sample of positive weight has its true class masked.
+
+    The likelihood fits (temperature, affine maps, SMART's ``"nll"`` loss)
+    cannot give a probability above 0 to a class whose logit is ``-inf``, so
+    such a sample has an infinite NLL. ``logits`` is (n_samples, n_classes)
+    (a binary score column already expanded), or the boolean mask of its
+    ``-inf`` entries; ``y`` holds column indices,
+    ``classes`` (optional) the label of each column for the message, and
+    ``of`` follows the sample number (``" of a chunk"`` for the chunked
+    fits, which check chunk by chunk).
+    """
+    if logits.shape[0] == 0:
+        return
+    true = logits[np.arange(logits.shape[0]), y]
+    masked_true = true.copy() if true.dtype == bool else np.isneginf(true)
+    if sample_weight is not None:
+        masked_true &= np.asarray(sample_weight) > 0
+    if not masked_true.any():
+        return
+    row = int(np.flatnonzero(masked_true)[0])
+    code = y[row]
+    label = f"{_label(classes[code])!r}" if classes is not None else f"column {code}"
+    raise ValueError(
+        f"Sample {row}{of} is labelled with a class whose logit is -inf (masked): "
+        f"its true class {label} has probability 0 under every calibration map, "
+        f"so the negative log-likelihood is infinite ({int(masked_true.sum())} "
+        "such samples). Unmask the class, or drop those samples (or give them "
+        "sample_weight 0)."
+    )
+
+
+def _label(value):
+    """A class label for a message: numpy scalars as plain Python values."""
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def mask_of(logits):
+    """Boolean array of the -inf (masked) entries, or None when there are none."""
+    if logits.size == 0 or not np.isneginf(logits.min()):
+        return None
+    return np.isneginf(logits)
+
+
 def check_logits(estimator, X, *, reset):
     """Validate a logits array and return it as a float (n_samples, n_cols) array.
 
@@ -461,26 +564,7 @@ def check_probabilities(y_prob, *, input_name="y_prob"):
     y_prob : ndarray of shape (n_samples, n_classes)
         float32 or float64, with ``n_classes >= 2``.
     """
-    y_prob = to_numpy(y_prob)
-    if hasattr(y_prob, "to_numpy") and not isinstance(y_prob, np.ndarray):
-        y_prob = y_prob.to_numpy()
-    y_prob = np.asarray(y_prob)
-    if y_prob.dtype == object or not (
-        np.issubdtype(y_prob.dtype, np.number) or y_prob.dtype == bool
-    ):
-        raise TypeError(
-            f"{input_name} must hold numbers (predicted probabilities), got an "
-            f"array of dtype {y_prob.dtype}."
-        )
-    if y_prob.dtype not in (np.float32, np.float64):
-        y_prob = y_prob.astype(np.float64)
-    if y_prob.ndim == 1:
-        y_prob = y_prob[:, None]
-    if y_prob.ndim != 2:
-        raise ValueError(
-            f"{input_name} must be 1-D (positive-class probabilities) or 2-D "
-            f"(n_samples, n_classes); got an array with {y_prob.ndim} dimensions."
-        )
+    y_prob = as_float_2d(y_prob, input_name=input_name, what="predicted probabilities")
     if y_prob.shape[0] == 0:
         raise ValueError(f"{input_name} has 0 samples; at least 1 is required.")
     if y_prob.shape[1] == 1:

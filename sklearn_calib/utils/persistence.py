@@ -64,7 +64,7 @@ def skops_trusted_types():
     Returns
     -------
     trusted : list of str
-        Sorted names such as ``"sklearn_calib._scaling.TemperatureScaling"``
+        Sorted names such as ``"sklearn_calib._scaling.affine.TemperatureScaling"``
         or ``"sklearn_calib.metrics._proper.log_loss"``.
 
     See Also

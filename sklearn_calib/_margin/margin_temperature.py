@@ -1,0 +1,423 @@
+"""A base calibration map followed by a temperature that depends on the margin."""
+
+import warnings
+from numbers import Integral, Real
+
+import numpy as np
+from sklearn.base import clone
+
+from .._meta.selector import (
+    CalibratorSelector,
+    _partitions,
+    _with_code_classes,
+    cv_splits,
+)
+from ..base import BaseCalibrator
+from ..utils._compat import HasMethods, Interval, check_is_fitted
+from ..utils._fitted_state import (
+    check_state_array,
+    check_state_calibrator,
+    check_state_float,
+    check_state_int,
+    fail_state,
+)
+from ..utils._math import log_softmax
+from ..utils._validation import check_device
+
+
+def _default_base():
+    from .._scaling.affine import MatrixScaling, TemperatureScaling
+
+    return CalibratorSelector([TemperatureScaling(), MatrixScaling()])
+
+
+def _weighted_quantiles(values, weights, levels):
+    """Inverted-CDF weighted quantiles: integer weights act as repeated rows."""
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    targets = levels * cumulative[-1]
+    index = np.searchsorted(cumulative, targets, side="left")
+    return values[order[np.clip(index, 0, values.shape[0] - 1)]]
+
+
+def _margins(log_proba):
+    """Largest minus second-largest entry of each row (inf with one finite)."""
+    top2 = np.partition(log_proba, -2, axis=1)[:, -2:]
+    with np.errstate(invalid="ignore"):
+        return top2[:, 1] - top2[:, 0]
+
+
+class MarginTemperatureScaling(BaseCalibrator):
+    r"""A base calibration map, then a temperature that depends on the margin.
+
+    The calibrated log-probabilities of logits :math:`z` are
+
+    .. math::
+
+        q(z) = \log\operatorname{softmax}\big(\beta(m)\,\ell(z)\big),
+        \qquad m = \ell_{(1)}(z) - \ell_{(2)}(z),
+
+    where :math:`\ell` is a base calibrator's output (log-probabilities,
+    :meth:`transform`), :math:`m` the gap between its two largest entries, and
+    :math:`\log\beta` piecewise linear in :math:`m` between ``n_knots`` knots
+    :math:`t_0 < \dots < t_J` placed at equally spaced (weighted) quantiles of
+    the calibration margins, constant beyond them. As :math:`\beta > 0`, the
+    argmax is that of the base map.
+
+    The base is fitted first; then the knot values :math:`u_j = \log
+    \beta(t_j)` minimise, from :math:`u = 0` (the base map itself), by
+    L-BFGS-B,
+
+    .. math::
+
+        \frac{1}{\sum_i w_i}\sum_i w_i \big[\log\textstyle\sum_k
+        e^{\beta_i \ell_{ik}} - \beta_i \ell_{i y_i}\big]
+        \; + \; \lambda\,\mathrm{SoftECE}_\delta
+        \; + \; \alpha \lVert u \rVert_2^2,
+
+    the negative log-likelihood, plus ``ece_weight`` :math:`\lambda` times the
+    Charbonnier-SoftECE of the top-label confidence (the SMART objective:
+    Gaussian soft bins of width ``sigma``), plus a ridge penalty ``alpha``
+    that pulls the temperatures toward the base map's. The NLL keeps the
+    probabilities sharp where the data allow it; the smooth ECE fixes what a
+    single temperature cannot (over-confidence at low margins with
+    under-confidence at high ones, say). There is no random initialisation:
+    the same data give the same fit.
+
+    By default the base map is chosen by cross-validated NLL between
+    :class:`TemperatureScaling` and :class:`MatrixScaling` (a
+    :class:`CalibratorSelector`): matrix scaling where the calibration set is
+    large enough for its :math:`K^2 + K` parameters, temperature scaling
+    where it overfits.
+
+    Parameters
+    ----------
+    base : estimator, default=None
+        The first map, cloned at fit: any calibrator of this library (or any
+        estimator over logits with ``fit(X, y, sample_weight)`` and
+        ``transform`` returning log-probabilities). ``None`` means
+        ``CalibratorSelector([TemperatureScaling(), MatrixScaling()])``.
+    cv : int, cross-validation generator, iterable or None, default=5
+        Where the temperature's training data come from: the base's
+        out-of-fold log-probabilities over these splits (stratified folds for
+        an int; the test parts must hold out every row exactly once), while
+        the base used for prediction is fitted on all rows. A
+        :class:`CalibratorSelector` base (the default) is cross-validated on
+        these same splits, which both choose its candidate and give the
+        out-of-fold predictions. ``None`` fits the temperature on the base's
+        predictions of its own calibration rows: one base fit, but a base
+        that overfits looks better calibrated there than on new data.
+    n_knots : int, default=8
+        Number of knots of :math:`\log\beta` (fewer where the margins have
+        fewer distinct values). One knot is temperature scaling of the base.
+    ece_weight : float, default=1.0
+        Weight :math:`\lambda` of the smooth ECE against the NLL. ``0`` fits
+        the NLL only.
+    alpha : float, default=1e-2
+        Ridge penalty on the knot values. Without it a margin range whose
+        calibration samples are all correct drives its temperature to 0
+        (certainty), which costs dearly on the first test error there.
+    n_bins : int, default=15
+        Number of soft bins of the smooth ECE, centred at
+        ``(b - 1/2) / n_bins``.
+    sigma : float, default=0.05
+        Width of the Gaussian soft-binning kernel.
+    delta : float, default=1e-3
+        Smoothing of the Charbonnier penalty ``sqrt(r^2 + delta^2)``.
+    max_iter : int, default=500
+        Maximum number of L-BFGS-B iterations; a
+        :class:`~sklearn.exceptions.ConvergenceWarning` says when it stops
+        short of ``tol``.
+    tol : float, default=1e-6
+        Tolerance on the largest entry of the projected gradient.
+    device : {"auto", "cpu", "cuda"} or "cuda:N", default="auto"
+        Where the temperature is fitted (the base uses its own ``device``).
+    classes : array-like of shape (n_classes,), default=None
+        The label of each logit column, in column order (see
+        :class:`BaseCalibrator`); ``None`` infers them from ``y``.
+
+    Attributes
+    ----------
+    base_ : estimator
+        The fitted base map. It sees the logits as :meth:`fit` validated them
+        (a binary score column ``s`` as the two logits ``(0, s)``) and integer
+        class codes: code ``i`` stands for ``classes_[i]``.
+    knots_ : ndarray of shape (n_knots_,)
+        The knots :math:`t_j` (margins of the base log-probabilities).
+    log_inverse_temperature_ : ndarray of shape (n_knots_,)
+        The fitted :math:`u_j = \log\beta(t_j) = -\log T(t_j)`.
+    loss_ : float
+        The final value of the objective.
+    n_iter_ : int
+        L-BFGS-B iterations.
+    classes_ : ndarray of shape (n_classes,)
+        Class labels; the i-th logit column belongs to ``classes_[i]``.
+    n_features_in_ : int
+        Number of logit columns seen in :meth:`fit`.
+    feature_names_in_ : ndarray of shape (n_features_in_,)
+        Column names, when ``X`` was a DataFrame with string column names.
+
+    See Also
+    --------
+    SMART : A margin temperature from a neural network on the raw logits,
+        trained on the smooth ECE alone from a random initialisation.
+    CalibratorSelector : The default base.
+
+    Notes
+    -----
+    Measured on the 15 public real-logit sets (fit on val, score on test; the
+    user guide has the table and the command), the defaults reach a lower
+    mean test ECE than :class:`SMART` and a lower mean test NLL than
+    matrix scaling and Dirichlet calibration, with no seed to vary.
+
+    References
+    ----------
+    .. [1] C. Guo, D. Tao, H. Luo, Z. Dong and Z. Xu, "SMART: Sample
+       Margin-Aware Recalibration of Temperature", ICML 2026.
+    .. [2] M. Kull, M. Perello-Nieto, M. Kängsepp, T. Silva Filho, H. Song and
+       P. Flach, "Beyond temperature scaling: Obtaining well-calibrated
+       multi-class probabilities with Dirichlet calibration", NeurIPS 2019.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from sklearn_calib import MarginTemperatureScaling, TemperatureScaling
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, size=2000)
+    >>> logits = 4.0 * np.eye(3)[y] + rng.normal(scale=2.0, size=(2000, 3))
+    >>> mts = MarginTemperatureScaling(TemperatureScaling(device="cpu"),
+    ...                                device="cpu").fit(logits, y)
+    >>> mts.knots_.shape
+    (8,)
+    >>> bool((mts.predict(logits) == logits.argmax(axis=1)).all())
+    True
+    """
+
+    _parameter_constraints: dict = {
+        **BaseCalibrator._parameter_constraints,
+        "base": [HasMethods(["fit", "transform"]), None],
+        "n_knots": [Interval(Integral, 1, None, closed="left")],
+        "cv": ["cv_object", None],
+        "ece_weight": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left")],
+        "n_bins": [Interval(Integral, 1, None, closed="left")],
+        "sigma": [Interval(Real, 0, None, closed="neither")],
+        "delta": [Interval(Real, 0, None, closed="left")],
+        "max_iter": [Interval(Integral, 1, None, closed="left")],
+        "tol": [Interval(Real, 0, None, closed="left")],
+        "device": [str],
+    }
+
+    def __init__(
+        self,
+        base=None,
+        *,
+        n_knots=8,
+        ece_weight=1.0,
+        alpha=1e-2,
+        n_bins=15,
+        sigma=0.05,
+        delta=1e-3,
+        cv=5,
+        max_iter=500,
+        tol=1e-6,
+        device="auto",
+        classes=None,
+    ):
+        self.base = base
+        self.cv = cv
+        self.n_knots = n_knots
+        self.ece_weight = ece_weight
+        self.alpha = alpha
+        self.n_bins = n_bins
+        self.sigma = sigma
+        self.delta = delta
+        self.max_iter = max_iter
+        self.tol = tol
+        self.device = device
+        self.classes = classes
+
+    def _base_log_proba(self, logits):
+        """The fitted base's log-probabilities, float64."""
+        return log_softmax(np.asarray(self.base_.transform(logits), dtype=np.float64))
+
+    def _fit(self, logits, y, sample_weight):
+        from .._torch._device import resolve_device, to_tensor
+        from .._torch._margin import (
+            fit_margin_temperature,
+            interpolation,
+            warn_if_short,
+        )
+
+        torch_device = resolve_device(check_device(self.device))
+        # Only the ratios of the weights matter; dividing by the largest makes
+        # the base's choice and the margin fit see the same numbers whatever
+        # their scale (1e-300 or 1e300).
+        sample_weight = sample_weight / sample_weight.max()
+        log_proba = self._training_log_proba(logits, y, sample_weight)
+        # Zero-weight rows change no sum: leaving them out is exact.
+        keep = sample_weight > 0
+        log_proba = log_proba[keep]
+        y, sample_weight = y[keep], sample_weight[keep]
+        if not np.all(np.isfinite(log_proba[np.arange(y.shape[0]), y])):
+            raise ValueError(
+                "The base map gives probability 0 to the true class of some "
+                "calibration samples (a masked class, -inf logit, that is the "
+                "label?); the likelihood is then 0 whatever the temperature."
+            )
+
+        margins = _margins(log_proba)
+        finite = np.isfinite(margins)
+        levels = np.linspace(0.0, 1.0, self.n_knots)
+        if finite.any():
+            knots = _weighted_quantiles(margins[finite], sample_weight[finite], levels)
+        else:
+            knots = np.zeros(1)
+        self.knots_ = np.unique(knots)
+        left, right_weight = interpolation(margins, self.knots_)
+
+        def tensor(array):
+            return to_tensor(array, torch_device)
+
+        shifted = log_proba - log_proba.max(axis=1, keepdims=True)
+        fit = fit_margin_temperature(
+            tensor(shifted),
+            tensor(y.astype(np.int64)),
+            tensor(sample_weight),
+            tensor(left.astype(np.int64)),
+            tensor(right_weight),
+            self.knots_.shape[0],
+            ece_weight=self.ece_weight,
+            alpha=self.alpha,
+            n_bins=self.n_bins,
+            sigma=self.sigma,
+            delta=self.delta,
+            max_iter=self.max_iter,
+            tol=self.tol,
+        )
+        warn_if_short(fit, type(self).__name__, self.max_iter, self.tol)
+        self.log_inverse_temperature_ = fit.log_inverse_temperature
+        self.loss_ = fit.loss
+        self.n_iter_ = fit.n_iter
+
+    def _check_fitted_state(self):
+        super()._check_fitted_state()
+        knots = check_state_array(self, "knots_", ndim=1, finite=True, low=0.0)
+        if knots.shape[0] < 1 or np.any(np.diff(knots) <= 0):
+            fail_state(self, "knots_", "must be at least one increasing margin")
+        check_state_array(
+            self,
+            "log_inverse_temperature_",
+            shape=knots.shape,
+            finite=True,
+        )
+        check_state_float(self, "loss_")
+        check_state_int(self, "n_iter_")
+        check_state_calibrator(self, "base_", n_features=len(self.classes_))
+
+    def _training_log_proba(self, logits, y, sample_weight):
+        """Fit ``base_`` on every row; return what the temperature is fitted on.
+
+        With ``cv``, the base's out-of-fold log-probabilities: each row as
+        predicted by a base fitted without it, so the temperature corrects the
+        base's miscalibration on unseen data (its overfitting included), not
+        on the rows it was fitted to.
+        """
+        base = _default_base() if self.base is None else self.base
+        # The base sees integer codes; told the class set, it fits even when
+        # a training part lacks a class.
+        base = _with_code_classes(base, logits.shape[1])
+        if self.cv is None:
+            self.base_ = base.fit(logits, y, sample_weight=sample_weight)
+            return self._base_log_proba(logits)
+        splits = cv_splits(self.cv, logits, y)
+        if isinstance(base, CalibratorSelector):
+            # One cross-validation both chooses the candidate and gives its
+            # out-of-fold predictions.
+            base.set_params(cv=splits)
+            oof = base._fit_with_oof(logits, y, sample_weight)
+            self.base_ = base
+        else:
+            oof = None
+            if _partitions(splits, logits.shape[0]):
+                oof = np.empty(logits.shape)
+                for train, test in splits:
+                    fold = clone(base).fit(
+                        logits[train], y[train], sample_weight=sample_weight[train]
+                    )
+                    oof[test] = fold.transform(logits[test])
+            self.base_ = base.fit(logits, y, sample_weight=sample_weight)
+        if oof is None:
+            warnings.warn(
+                f"No out-of-fold predictions of the base with cv={self.cv!r} "
+                "(the test parts must hold out every row exactly once, and the "
+                "base fit on each part); the temperature is fitted on the "
+                "base's predictions of its own calibration rows.",
+                UserWarning,
+                stacklevel=4,
+            )
+            return self._base_log_proba(logits)
+        return log_softmax(np.asarray(oof, dtype=np.float64))
+
+    def _inverse_temperatures(self, log_proba):
+        from .._torch._margin import log_inverse_temperature
+
+        return np.exp(
+            log_inverse_temperature(
+                _margins(log_proba), self.knots_, self.log_inverse_temperature_
+            )
+        )
+
+    def _calibrated_logits(self, logits):
+        log_proba = self._base_log_proba(logits)
+        beta = self._inverse_temperatures(log_proba)
+        shifted = log_proba - log_proba.max(axis=1, keepdims=True)
+        return (shifted * beta[:, None]).astype(logits.dtype, copy=False)
+
+    def predict_temperature(self, X):
+        """Temperature applied to the base log-probabilities of every sample.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_classes) or (n_samples, 1)
+            Logits, as in :meth:`fit`.
+
+        Returns
+        -------
+        temperature : ndarray of shape (n_samples,)
+            ``1 / beta(m)``; the calibrated log-probabilities are
+            ``log_softmax(base.transform(X) / T)``.
+        """
+        logits = self._check_fitted_input(X)
+        return 1.0 / self._inverse_temperatures(self._base_log_proba(logits))
+
+    def to_torch(self):
+        """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
+
+        Returns
+        -------
+        module : torch.nn.Module
+            The base's ``to_torch()`` module followed by the margin
+            temperature, computed in float64 and returned in the input dtype.
+
+        Raises
+        ------
+        AttributeError
+            If the fitted base has no ``to_torch``.
+        """
+        check_is_fitted(self)
+        if not hasattr(self.base_, "to_torch"):
+            raise AttributeError(
+                f"The base {type(self.base_).__name__} has no to_torch export."
+            )
+        from .._torch._margin import MarginTemperatureModule
+
+        return MarginTemperatureModule(
+            self.base_.to_torch(), self.knots_, self.log_inverse_temperature_
+        )
+
+    @property
+    def _preserves_argmax(self):
+        # beta(m) > 0 keeps the base's argmax: the argmax of the logits when
+        # the base keeps it.
+        return getattr(self.base, "_preserves_argmax", False)

@@ -1,0 +1,501 @@
+"""IsotonicCalibration and HistogramBinning against independent references."""
+
+import numpy as np
+import pytest
+from scipy.special import logsumexp, softmax
+from sklearn.calibration import calibration_curve
+from sklearn.isotonic import IsotonicRegression
+
+from sklearn_calib import HistogramBinning, IsotonicCalibration
+from sklearn_calib._binning.histogram import softmax_log_odds
+from sklearn_calib.metrics import expected_calibration_error
+from sklearn_calib.utils._testing import make_logits
+
+from ..conftest import load_shared
+
+
+def test_isotonic_ovr_matches_sklearn_isotonic_regression():
+    X, y = make_logits(n_samples=800, n_classes=4, seed=3)
+    weights = np.random.default_rng(0).uniform(0.5, 2.0, size=len(y))
+    iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
+    X_new, _ = make_logits(n_samples=300, n_classes=4, seed=4)
+    # The maps regress on the log-odds of the probabilities (scipy's here).
+    expected = np.column_stack(
+        [
+            IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip")
+            .fit(log_odds(X)[:, k], y == k, sample_weight=weights)
+            .predict(log_odds(X_new)[:, k])
+            for k in range(4)
+        ]
+    )
+    expected = np.maximum(expected, 1e-12)
+    expected /= expected.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(
+        iso.predict_proba(X_new), expected, rtol=1e-10, atol=1e-12
+    )
+
+
+def log_odds(X):
+    """``log(p_k / (1 - p_k))`` of softmax(X) by scipy: z_k - logsumexp(others)."""
+    return np.column_stack(
+        [
+            X[:, k] - logsumexp(np.delete(X, k, axis=1), axis=1)
+            for k in range(X.shape[1])
+        ]
+    )
+
+
+@pytest.mark.parametrize("scale", [1.0, 30.0, 1e4, 1e150])
+def test_log_odds_match_scipy(scale):
+    X, _ = make_logits(n_samples=500, n_classes=5, seed=8)
+    X = X * scale
+    reference = log_odds(X)
+    got = softmax_log_odds(X)
+    assert np.all(np.isfinite(got))
+    np.testing.assert_allclose(got, reference, rtol=1e-12, atol=1e-12)
+    # The binary score column s: the log-odds of the logits (0, s) are (-s, s).
+    s = X[:, :1]
+    np.testing.assert_allclose(
+        softmax_log_odds(np.hstack([np.zeros_like(s), s])),
+        np.hstack([-s, s]),
+        rtol=1e-15,
+    )
+
+
+def test_isotonic_keeps_the_ranking_of_saturated_scores():
+    # Above a score of ~36.7, float64 probabilities are all 1.0: a fit on them
+    # pools these samples into one value (0.5 each here).
+    s = np.array([38.0, 39.0, 40.0, 41.0])
+    y = np.array([0, 0, 1, 1])
+    assert len(np.unique(1 / (1 + np.exp(-s)))) == 1
+    reference = IsotonicRegression(out_of_bounds="clip").fit(s, y)
+    fitted = IsotonicCalibration().fit(s[:, None], y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(s[:, None])[:, 1], [0, 0, 1, 1], atol=1e-11
+    )
+    s_new = np.array([37.0, 38.5, 39.25, 40.5, 45.0])
+    np.testing.assert_allclose(
+        fitted.predict_proba(s_new[:, None])[:, 1],
+        reference.predict(s_new),
+        atol=1e-11,
+    )
+    top = IsotonicCalibration(mode="top_label").fit(s[:, None], y)
+    # Top label: all predict class 1, correct for the two largest scores.
+    np.testing.assert_allclose(
+        top.predict_proba(s[:, None])[:, 1], [0, 0, 1, 1], atol=1e-11
+    )
+
+
+def test_calibrated_perceptron_matches_sklearn_isotonic():
+    # The example of issue 11: a Perceptron on features scaled by 10 has
+    # decision values in the thousands, far beyond saturation; scikit-learn's
+    # isotonic calibration regresses on them directly, and so does this one.
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import Perceptron
+    from sklearn.model_selection import StratifiedKFold
+
+    from sklearn_calib import CalibratedClassifier
+
+    X, y = make_classification(n_samples=1200, n_features=20, random_state=0)
+    X = 10 * X
+    X_train, y_train, X_test = X[:600], y[:600], X[600:]
+    splits = list(
+        StratifiedKFold(5, shuffle=True, random_state=0).split(X_train, y_train)
+    )
+    ours = CalibratedClassifier(
+        Perceptron(random_state=0), IsotonicCalibration(), cv=splits
+    ).fit(X_train, y_train)
+    reference = CalibratedClassifierCV(
+        Perceptron(random_state=0), method="isotonic", cv=splits
+    ).fit(X_train, y_train)
+    scores = np.abs(ours.estimators_[0].decision_function(X_test))
+    assert np.median(scores) > 100  # saturated as probabilities
+    proba = ours.predict_proba(X_test)
+    np.testing.assert_allclose(proba, reference.predict_proba(X_test), atol=1e-11)
+    assert len(np.unique(proba[:, 1].round(9))) > 50
+
+
+def test_isotonic_top_label_maps_confidence():
+    X, y = make_logits(n_samples=1000, n_classes=5, seed=5)
+    iso = IsotonicCalibration(mode="top_label").fit(X, y)
+    proba = softmax(X, axis=1)
+    predicted = proba.argmax(1)
+    confidence = proba.max(axis=1)
+    reference = IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(
+        confidence, predicted == y
+    )
+    calibrated = iso.predict_proba(X)
+    rows = np.arange(len(y))
+    np.testing.assert_allclose(
+        calibrated[rows, predicted], reference.predict(confidence), atol=1e-9
+    )
+    # The other classes keep their ratios (rows with room left below the top).
+    keep = (1 - confidence > 1e-6) & (reference.predict(confidence) < 1 - 1e-6)
+    others, ref_others = calibrated.copy(), proba.copy()
+    others[rows, predicted] = ref_others[rows, predicted] = 0
+    np.testing.assert_allclose(
+        (others / others.sum(1, keepdims=True))[keep],
+        (ref_others / ref_others.sum(1, keepdims=True))[keep],
+        rtol=1e-6,
+        atol=1e-9,
+    )
+
+
+def _histogram_reference(scores, targets, n_bins):
+    """Slow loop: (lo, hi] bins, 0 in the first bin, empty bins at their mid-point."""
+    edges = np.linspace(0, 1, n_bins + 1)
+    values = []
+    for b in range(n_bins):
+        lo, hi = edges[b], edges[b + 1]
+        inside = (scores > lo) & (scores <= hi) if b > 0 else (scores <= hi)
+        values.append(targets[inside].mean() if inside.any() else 0.5 * (lo + hi))
+    return edges, np.array(values)
+
+
+def test_histogram_binning_uniform_matches_reference_loop():
+    X, y = make_logits(n_samples=600, n_classes=3, seed=7)
+    hb = HistogramBinning(n_bins=10).fit(X, y)
+    proba = softmax(X, axis=1)
+    for k in range(3):
+        edges, values = _histogram_reference(proba[:, k], (y == k).astype(float), 10)
+        np.testing.assert_allclose(hb.bin_edges_[k], edges)
+        np.testing.assert_allclose(hb.bin_values_[k], values, rtol=1e-12)
+
+
+def test_histogram_binning_hand_computed_binary():
+    # scores of the positive class (logits (0, s)): p = sigmoid(s)
+    p = np.array([0.05, 0.15, 0.3, 0.35, 0.8, 0.9, 1.0])
+    s = np.log(p / np.clip(1 - p, 1e-300, None))
+    s[-1] = 50.0
+    y = np.array([0, 0, 1, 0, 1, 1, 1])
+    hb = HistogramBinning(n_bins=2).fit(s[:, None], y)
+    # class 1 bins: (0, .5] holds .05 .15 .3 .35 -> 1/4 positive; (.5, 1] -> 3/3
+    np.testing.assert_allclose(hb.bin_values_[1], [0.25, 1.0])
+
+
+def test_histogram_quantile_bins_hold_equal_mass():
+    X, y = make_logits(n_samples=1500, n_classes=3, seed=8)
+    hb = HistogramBinning(n_bins=5, strategy="quantile").fit(X, y)
+    for k in range(3):
+        assert np.allclose(hb.bin_counts_[k], 300, atol=2)
+
+
+def test_calibrated_logs_are_finite_with_empty_classes():
+    X, y = make_logits(n_samples=300, n_classes=4, seed=1)
+    for model in (
+        IsotonicCalibration(),
+        HistogramBinning(),
+        HistogramBinning(mode="top_label"),
+    ):
+        model.fit(X, y)
+        assert np.all(np.isfinite(model.transform(X * 100)))
+
+
+@pytest.mark.parametrize("model", [IsotonicCalibration(), HistogramBinning(n_bins=15)])
+def test_improves_ece_on_real_logits(model):
+    data = load_shared("c10_densenet40_guo")
+    proba_raw = softmax(data["logits_test"].astype(np.float64), axis=1)
+    model.fit(data["logits_val"], data["y_val"])
+    raw = expected_calibration_error(data["y_test"], proba_raw)
+    calibrated = expected_calibration_error(
+        data["y_test"], model.predict_proba(data["logits_test"].astype(np.float64))
+    )
+    assert calibrated < raw
+
+
+# --- more oracles: ties, clipping, empty rows and bins, top-label by hand ---
+
+
+def split_logits(n=4000, k=4, seed=0):
+    logits, y = make_logits(n_samples=n, n_classes=k, seed=seed)
+    half = n // 2
+    return logits[:half], y[:half], logits[half:], y[half:]
+
+
+def renormalise(calibrated, uncalibrated):
+    """The documented finish: clip to [0, 1], empty rows fall back, floor, normalise."""
+    calibrated = np.clip(calibrated, 0, 1)
+    empty = calibrated.sum(axis=1) == 0
+    calibrated[empty] = uncalibrated[empty]
+    calibrated = np.maximum(calibrated, 1e-12)
+    return calibrated / calibrated.sum(axis=1, keepdims=True)
+
+
+def sklearn_isotonic(scores, targets, weights=None):
+    return IsotonicRegression(y_min=0, y_max=1, out_of_bounds="clip").fit(
+        scores, targets, sample_weight=weights
+    )
+
+
+def test_isotonic_ties_pool_their_targets():
+    # Rounded logits give many calibration samples the same score: scikit-learn
+    # pools tied scores (weighted mean of their targets) before PAV.
+    X, y, X_test, _ = split_logits(seed=2)
+    X, X_test = np.round(X / 3) * 3, np.round(X_test / 3) * 3
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    assert len(np.unique(p[:, 0])) < len(p) / 4
+    lo, lo_test = log_odds(X), log_odds(X_test)
+    fitted = IsotonicCalibration().fit(X, y)
+    for k in range(p.shape[1]):
+        reference = sklearn_isotonic(lo[:, k], y == k)
+        np.testing.assert_allclose(fitted.X_thresholds_[k], reference.X_thresholds_)
+        np.testing.assert_allclose(fitted.y_thresholds_[k], reference.y_thresholds_)
+    expected = np.column_stack(
+        [sklearn_isotonic(lo[:, k], y == k).predict(lo_test[:, k]) for k in range(4)]
+    )
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+def test_isotonic_clips_scores_outside_the_calibration_range():
+    # Calibration scores span a middle range only; test scores beyond it take
+    # the value at the nearest end of the fitted map.
+    rng = np.random.default_rng(3)
+    s = rng.uniform(-1, 1, 500)
+    y = (rng.random(500) < 1 / (1 + np.exp(-2 * s))).astype(int)
+    fitted = IsotonicCalibration().fit(s[:, None], y)
+    ends = fitted.y_thresholds_[1][[0, -1]]
+    far = np.array([[-50.0], [50.0]])
+    np.testing.assert_allclose(fitted.predict_proba(far)[:, 1], ends, atol=1e-12)
+
+
+def test_isotonic_row_with_all_zero_maps_keeps_its_uncalibrated_probabilities():
+    # Every calibration label has probability 0.55 and every other class 0.45
+    # or less, so each one-vs-rest map is 0 up to 0.45: a uniform test row gets
+    # 0 from every map and falls back to its own softmax.
+    rows, labels = [], []
+    for k in range(3):
+        for j in range(3):
+            if j != k:
+                p = np.full(3, 1e-3)
+                p[k], p[j] = 0.55, 0.45 - 1e-3
+                rows.append(np.log(p))
+                labels.append(k)
+    fitted = IsotonicCalibration().fit(np.array(rows * 5), np.array(labels * 5))
+    uniform = np.zeros((1, 3))
+    assert (
+        max(
+            np.interp(np.log(0.5), x, v)  # the log-odds of 1/3
+            for x, v in zip(fitted.X_thresholds_, fitted.y_thresholds_, strict=True)
+        )
+        == 0
+    )
+    np.testing.assert_allclose(fitted.predict_proba(uniform), [[1 / 3] * 3])
+
+
+def test_isotonic_top_label_matches_a_hand_computation():
+    X, y, X_test, _ = split_logits(seed=4)
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    correct = p.argmax(axis=1) == y
+    iso = sklearn_isotonic(log_odds(X).max(axis=1), correct)
+    top = p_test.argmax(axis=1)
+    old = p_test.max(axis=1)
+    new = iso.predict(log_odds(X_test).max(axis=1))
+    expected = p_test * ((1 - new) / (1 - old))[:, None]
+    expected[np.arange(len(top)), top] = new
+    fitted = IsotonicCalibration(mode="top_label").fit(X, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+@pytest.mark.parametrize("n_bins", [5, 15])
+def test_histogram_uniform_bins_match_sklearn_calibration_curve(n_bins):
+    X, y, _, _ = split_logits(seed=5)
+    p = softmax(X, axis=1)
+    fitted = HistogramBinning(n_bins=n_bins).fit(X, y)
+    for k in range(p.shape[1]):
+        prob_true, _ = calibration_curve(y == k, p[:, k], n_bins=n_bins)
+        occupied = fitted.bin_counts_[k] > 0
+        np.testing.assert_allclose(fitted.bin_values_[k][occupied], prob_true)
+
+
+def test_histogram_matches_a_hand_loop_with_empty_bins_at_their_midpoints():
+    X, y, X_test, _ = split_logits(n=200, k=3, seed=6)
+    n_bins = 20
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    expected = np.empty_like(p_test)
+    empty_bins = 0
+    for k in range(3):
+        for b in range(n_bins):
+            lo, hi = b / n_bins, (b + 1) / n_bins
+            # bins are (lo, hi], with a score of exactly 0 in the first one
+            inside = (p[:, k] > lo) & (p[:, k] <= hi) | ((b == 0) & (p[:, k] == 0))
+            value = np.mean(y[inside] == k) if inside.any() else (lo + hi) / 2
+            empty_bins += not inside.any()
+            test_inside = (p_test[:, k] > lo) & (p_test[:, k] <= hi)
+            test_inside |= (b == 0) & (p_test[:, k] == 0)
+            expected[test_inside, k] = value
+    assert empty_bins > 0  # the case documented for empty bins is exercised
+    fitted = HistogramBinning(n_bins=n_bins).fit(X, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+def test_histogram_top_label_matches_a_hand_computation():
+    X, y, X_test, _ = split_logits(seed=8)
+    n_bins = 10
+    p, p_test = softmax(X, axis=1), softmax(X_test, axis=1)
+    correct = p.argmax(axis=1) == y
+    conf, conf_test = p.max(axis=1), p_test.max(axis=1)
+    edges = np.linspace(0, 1, n_bins + 1)
+    index = np.clip(np.searchsorted(edges[1:-1], conf, side="left"), 0, n_bins - 1)
+    values = np.array(
+        [
+            correct[index == b].mean()
+            if np.any(index == b)
+            else edges[b : b + 2].mean()
+            for b in range(n_bins)
+        ]
+    )
+    test_index = np.searchsorted(edges[1:-1], conf_test, side="left")
+    new = values[test_index]
+    expected = p_test * ((1 - new) / (1 - conf_test))[:, None]
+    expected[np.arange(len(new)), p_test.argmax(axis=1)] = new
+    fitted = HistogramBinning(n_bins=n_bins, mode="top_label").fit(X, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
+    )
+
+
+@pytest.mark.parametrize(
+    "calibrator",
+    [
+        IsotonicCalibration(),
+        IsotonicCalibration(mode="top_label"),
+        HistogramBinning(),
+        HistogramBinning(strategy="quantile", mode="top_label"),
+    ],
+    ids=["isotonic", "isotonic_top", "histogram", "histogram_quantile_top"],
+)
+def test_extreme_logits_give_finite_log_probabilities(calibrator):
+    X, y, _, _ = split_logits(seed=9)
+    calibrator.fit(X, y)
+    extreme = np.array([[1e4, -1e4, 0.0, 5.0], [-1e4, -1e4, -1e4, 1e4], [0, 0, 0, 0]])
+    log_proba = calibrator.transform(extreme)
+    assert np.all(np.isfinite(log_proba))
+    proba = calibrator.predict_proba(extreme)
+    assert not np.any(np.isnan(proba))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+
+
+# --- masked classes (-inf logits) ---------------------------------------------------
+
+
+def partially_masked(seed, n_samples=1500, n_classes=4):
+    """Logits with a fifth of the entries masked, never the label's."""
+    X, y = make_logits(n_samples=n_samples, n_classes=n_classes, seed=seed)
+    rng = np.random.default_rng(seed)
+    masked = rng.random(X.shape) < 0.2
+    masked[np.arange(n_samples), y] = False
+    X[masked] = -np.inf
+    return X, y, masked
+
+
+def reference_log_odds(X):
+    """``z_k - logsumexp_{j != k} z_j`` column by column with scipy; a row with
+    a single open class gives ``+inf``, clipped to the largest float64 as the
+    calibrator does."""
+    columns = [
+        X[:, k] - logsumexp(np.delete(X, k, axis=1), axis=1) for k in range(X.shape[1])
+    ]
+    big = np.finfo(np.float64).max
+    return np.clip(np.column_stack(columns), -big, big)
+
+
+def test_isotonic_class_maps_are_fitted_on_the_rows_where_the_class_is_open():
+    X, y, masked = partially_masked(seed=31)
+    weights = np.random.default_rng(1).uniform(0.5, 2.0, size=len(y))
+    iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
+    lo = reference_log_odds(X)
+    references = []
+    for k in range(4):
+        rows = ~masked[:, k]
+        reference = sklearn_isotonic(lo[rows, k], y[rows] == k, weights[rows])
+        references.append(reference)
+        np.testing.assert_allclose(iso.X_thresholds_[k], reference.X_thresholds_)
+        np.testing.assert_allclose(iso.y_thresholds_[k], reference.y_thresholds_)
+    X_new, _, masked_new = partially_masked(seed=32, n_samples=300)
+    lo_new = reference_log_odds(X_new)
+    expected = np.column_stack([references[k].predict(lo_new[:, k]) for k in range(4)])
+    expected = np.where(masked_new, 0.0, np.maximum(expected, 1e-12))
+    expected /= expected.sum(axis=1, keepdims=True)
+    proba = iso.predict_proba(X_new)
+    np.testing.assert_allclose(proba, expected, rtol=1e-10, atol=1e-12)
+    assert np.all(proba[masked_new] == 0)
+
+
+def test_histogram_counts_only_the_open_entries_of_each_class():
+    X, y, masked = partially_masked(seed=33)
+    hb = HistogramBinning(n_bins=10).fit(X, y)
+    p = softmax(X, axis=1)
+    for k in range(4):
+        rows = ~masked[:, k]
+        index = np.clip(np.ceil(p[rows, k] * 10).astype(int) - 1, 0, 9)
+        counts = np.bincount(index, minlength=10)
+        hits = np.bincount(index, weights=(y[rows] == k), minlength=10)
+        np.testing.assert_array_equal(hb.bin_counts_[k], counts)
+        occupied = counts > 0
+        np.testing.assert_allclose(
+            hb.bin_values_[k][occupied], hits[occupied] / counts[occupied]
+        )
+
+
+@pytest.mark.parametrize(
+    "calibrator", [IsotonicCalibration(), HistogramBinning(n_bins=5)], ids=repr
+)
+def test_a_class_masked_in_every_calibration_row_is_left_uncalibrated(calibrator):
+    # No calibration data for the class: the identity on the probability as
+    # a function of the log-odds (isotonic), bin mid-points (histogram).
+    # Where it is open at prediction, it competes.
+    X, y = make_logits(n_samples=600, n_classes=3, seed=34)
+    y = np.where(y == 2, 0, y)
+    X[:, 2] = -np.inf
+    calibrator.fit(X, y)
+    if isinstance(calibrator, IsotonicCalibration):
+        grid = calibrator.X_thresholds_[2]
+        assert grid[0] <= -36 and grid[-1] >= 36
+        assert np.all(np.diff(grid) <= 0.1 + 1e-12)
+        np.testing.assert_allclose(
+            calibrator.y_thresholds_[2], 1 / (1 + np.exp(-grid)), rtol=1e-15
+        )
+    else:
+        np.testing.assert_array_equal(calibrator.bin_counts_[2], 0.0)
+        np.testing.assert_allclose(calibrator.bin_values_[2], [0.1, 0.3, 0.5, 0.7, 0.9])
+    assert np.all(calibrator.predict_proba(X)[:, 2] == 0)
+    open_row = np.array([[0.0, 0.0, 0.0]])
+    assert calibrator.predict_proba(open_row)[0, 2] > 0
+
+
+@pytest.mark.parametrize(
+    "calibrator",
+    [IsotonicCalibration(mode="top_label"), HistogramBinning(mode="top_label")],
+    ids=repr,
+)
+def test_top_label_rows_without_mass_elsewhere_share_it_among_open_classes(calibrator):
+    X, y = make_logits(n_samples=800, n_classes=4, seed=35)
+    # Noisy labels: even the most confident predictions are wrong at times,
+    # so the calibrated confidence of a one-hot row stays well below 1.
+    noisy = np.random.default_rng(0).random(800) < 0.2
+    noisy[np.argsort(softmax(X, axis=1).max(axis=1))[::-4][:10]] = True
+    y = np.where(noisy, (X.argmax(axis=1) + 1) % 4, y)
+    calibrator.fit(X, y)
+    # Row 0: the other classes' probabilities underflow to 0 but are open;
+    # row 1: class 3 is masked; row 2: every other class is masked.
+    rows = np.array(
+        [
+            [0.0, -800.0, -900.0, -1000.0],
+            [0.0, -800.0, -900.0, -np.inf],
+            [0.0, -np.inf, -np.inf, -np.inf],
+        ]
+    )
+    proba = calibrator.predict_proba(rows)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    confidence = proba[0, 0]
+    assert confidence < 0.99
+    np.testing.assert_allclose(proba[0, 1:], (1 - confidence) / 3)
+    np.testing.assert_allclose(proba[1], [confidence, *[(1 - confidence) / 2] * 2, 0])
+    np.testing.assert_array_equal(proba[2], [1.0, 0.0, 0.0, 0.0])

@@ -1,0 +1,305 @@
+"""CalibratorSelector: the choice against cross_val_score run by hand.
+
+scikit-learn's and our common checks cover it through discovery
+(tests/test_common.py, tests/meta/test_meta.py); here the cross-validated scores,
+the winner and its refit are compared with an independent computation:
+scikit-learn's ``cross_val_score`` on each candidate, and the winner fitted
+on all the data.
+"""
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.exceptions import FitFailedWarning
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import log_loss as sklearn_log_loss
+from sklearn.model_selection import (
+    KFold,
+    LeaveOneGroupOut,
+    StratifiedKFold,
+    cross_val_score,
+)
+
+from sklearn_calib import (
+    CalibratorSelector,
+    IsotonicCalibration,
+    MatrixScaling,
+    PlattScaling,
+    TemperatureScaling,
+    VectorScaling,
+)
+from sklearn_calib.metrics import expected_calibration_error, get_scorer
+from sklearn_calib.utils._testing import make_logits
+
+from ..conftest import load_shared
+
+
+def _candidates():
+    return [
+        MatrixScaling(device="cpu"),
+        VectorScaling(device="cpu"),
+        TemperatureScaling(device="cpu"),
+        IsotonicCalibration(),
+    ]
+
+
+def _biased_logits(n_samples=900, seed=0):
+    """Logits with a class bias that only a per-class map can undo."""
+    X, y = make_logits(n_samples=n_samples, n_classes=3, overconfidence=2.0, seed=seed)
+    X[:, 2] += 1.5
+    return X, y
+
+
+def _by_hand(candidates, X, y, cv, scoring):
+    """Mean and per-split scores of every candidate from cross_val_score."""
+    return np.array(
+        [
+            cross_val_score(clone(c), X, y, cv=cv, scoring=get_scorer(scoring))
+            for c in candidates
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    "scoring, n_candidates",
+    [
+        ("neg_log_loss", 4),
+        ("neg_brier_score", 2),
+        ("neg_expected_calibration_error", 2),
+    ],
+)
+def test_scores_and_winner_match_cross_val_score_on_real_logits(scoring, n_candidates):
+    data = load_shared("digits_mlp_trained_here")
+    X, y = data["logits_val"], data["y_val"]
+    cv = StratifiedKFold(3, shuffle=True, random_state=0)
+    candidates = _candidates()[-n_candidates:]
+    selector = CalibratorSelector(candidates, scoring=scoring, cv=cv).fit(X, y)
+
+    expected = _by_hand(candidates, X, y, cv, scoring)
+    results = selector.cv_results_
+    for s in range(3):
+        np.testing.assert_allclose(
+            results[f"split{s}_test_score"], expected[:, s], rtol=1e-10
+        )
+    np.testing.assert_allclose(results["mean_test_score"], expected.mean(axis=1))
+    np.testing.assert_allclose(results["std_test_score"], expected.std(axis=1))
+    winner = int(np.argmax(expected.mean(axis=1)))
+    assert selector.best_index_ == winner
+    assert results["rank_test_score"][winner] == 1
+    assert selector.best_score_ == pytest.approx(expected.mean(axis=1).max())
+    assert selector.n_splits_ == 3
+
+    # the winner refitted on all the data is what predicts
+    refit = clone(candidates[winner]).fit(X, y)
+    X_test = data["logits_test"].astype(np.float64)
+    np.testing.assert_allclose(
+        selector.predict_proba(X_test), refit.predict_proba(X_test), atol=1e-12
+    )
+    np.testing.assert_array_equal(selector.predict(X_test), refit.predict(X_test))
+
+
+def test_default_nll_picks_the_map_the_data_need():
+    # A class bias: vector scaling fits it, a single temperature cannot, and
+    # a held-out NLL computed here by hand says so too.
+    X, y = _biased_logits()
+    selector = CalibratorSelector(
+        [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")], cv=5
+    ).fit(X, y)
+    assert selector.scorer_._score_func.__name__ == "log_loss"
+    assert type(selector.best_estimator_) is VectorScaling
+    assert selector.cv_results_["rank_test_score"].tolist() == [2, 1]
+
+    folds = StratifiedKFold(5).split(X, y)
+    nll = np.zeros(2)
+    for train, test in folds:
+        for i, cls in enumerate([TemperatureScaling, VectorScaling]):
+            proba = cls(device="cpu").fit(X[train], y[train]).predict_proba(X[test])
+            nll[i] += sklearn_log_loss(y[test], proba, labels=[0, 1, 2]) / 5
+    np.testing.assert_allclose(-selector.cv_results_["mean_test_score"], nll)
+
+
+def test_default_candidates_are_the_affine_family():
+    X, y = _biased_logits(n_samples=300)
+    selector = CalibratorSelector(cv=3).fit(X, y)
+    assert selector.cv_results_["calibrator"].tolist() == [
+        "TemperatureScaling()",
+        "VectorScaling()",
+        "MatrixScaling()",
+        "DirichletCalibration()",
+        "StructuredVectorScaling()",
+        "StructuredMatrixScaling()",
+    ]
+
+
+def test_callable_scoring_and_named_candidates():
+    X, y = _biased_logits(n_samples=600)
+
+    def neg_ece(estimator, X, y):
+        return -expected_calibration_error(y, estimator.predict_proba(X))
+
+    candidates = [
+        ("ts", TemperatureScaling(device="cpu")),
+        ("iso", IsotonicCalibration()),
+    ]
+    cv = KFold(3, shuffle=True, random_state=1)
+    selector = CalibratorSelector(candidates, scoring=neg_ece, cv=cv).fit(X, y)
+    assert selector.cv_results_["calibrator"].tolist() == ["ts", "iso"]
+    expected = [
+        cross_val_score(clone(c), X, y, cv=cv, scoring=neg_ece) for _, c in candidates
+    ]
+    np.testing.assert_allclose(
+        selector.cv_results_["mean_test_score"], np.mean(expected, axis=1)
+    )
+    assert selector.scorer_ is neg_ece
+
+
+def test_ties_go_to_the_earlier_candidate_and_share_a_rank():
+    X, y = _biased_logits(n_samples=300)
+    twins = [
+        ("first", TemperatureScaling(device="cpu")),
+        ("second", TemperatureScaling(device="cpu")),
+    ]
+    selector = CalibratorSelector(twins, cv=3).fit(X, y)
+    assert selector.best_index_ == 0
+    assert selector.cv_results_["rank_test_score"].tolist() == [1, 1]
+
+
+def test_sample_weights_equal_repeated_rows():
+    # As scikit-learn checks meta-estimators with an inner cv: the weighted
+    # rows and their repetitions form one group, so every split sees either
+    # all of them (as weights or repeats) or none.
+    X, y = _biased_logits(n_samples=240, seed=2)
+    weights = np.random.default_rng(0).integers(0, 4, size=80)
+    core, rest = slice(0, 80), slice(80, 240)
+    X_w, y_w = X, y
+    sw = np.concatenate([weights, np.ones(160)])
+    groups_w = np.repeat([0, 1, 2], 80)
+    X_r = np.vstack([np.repeat(X[core], weights, axis=0), X[rest]])
+    y_r = np.concatenate([np.repeat(y[core], weights), y[rest]])
+    groups_r = np.concatenate([np.zeros(weights.sum(), int), np.repeat([1, 2], 80)])
+
+    def fit(X, y, groups, **kwargs):
+        splits = list(LeaveOneGroupOut().split(X, y, groups))
+        candidates = [TemperatureScaling(device="cpu"), IsotonicCalibration()]
+        return CalibratorSelector(candidates, cv=splits).fit(X, y, **kwargs)
+
+    weighted = fit(X_w, y_w, groups_w, sample_weight=sw)
+    repeated = fit(X_r, y_r, groups_r)
+    np.testing.assert_allclose(
+        weighted.cv_results_["mean_test_score"],
+        repeated.cv_results_["mean_test_score"],
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-6
+    )
+
+
+def test_string_labels_and_binary_score_column():
+    X, y = make_logits(n_samples=400, n_classes=2, seed=5)
+    score = (X[:, 1] - X[:, 0])[:, None]
+    names = np.array(["neg", "pos"])
+    candidates = [TemperatureScaling(device="cpu"), PlattScaling(device="cpu")]
+    selector = CalibratorSelector(candidates, cv=4).fit(score, names[y])
+    np.testing.assert_array_equal(selector.classes_, names)
+    assert selector.n_features_in_ == 1
+    assert set(selector.predict(score)) <= set(names)
+    reference = CalibratorSelector(candidates, cv=4).fit(score, y)
+    np.testing.assert_allclose(
+        selector.predict_proba(score), reference.predict_proba(score)
+    )
+    # the refit saw the score column as the two logits (0, s)
+    assert selector.best_estimator_.n_features_in_ == 2
+
+
+def test_failing_candidate_scores_error_score_and_is_not_chosen():
+    X, y = _biased_logits(n_samples=300)
+    candidates = [PlattScaling(device="cpu"), TemperatureScaling(device="cpu")]
+    with pytest.warns(FitFailedWarning, match="PlattScaling.*binary"):
+        selector = CalibratorSelector(candidates, cv=3).fit(X, y)
+    assert np.isnan(selector.cv_results_["mean_test_score"][0])
+    assert selector.cv_results_["rank_test_score"].tolist() == [2, 1]
+    assert selector.best_index_ == 1
+
+    with pytest.raises(ValueError, match="binary"):
+        CalibratorSelector(candidates, cv=3, error_score="raise").fit(X, y)
+
+    with pytest.warns(FitFailedWarning):
+        selector = CalibratorSelector(candidates, cv=3, error_score=-1e9).fit(X, y)
+    assert selector.cv_results_["split0_test_score"][0] == -1e9
+
+
+def test_no_candidate_scored_falls_back_to_the_first_with_warning():
+    X, y = make_logits(n_samples=6, n_classes=3, seed=0)
+    y = np.array([0, 0, 1, 1, 2, 2])
+    candidates = [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
+    with pytest.warns(UserWarning, match="cv=5 stratified folds.*cv=2"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FitFailedWarning)
+            selector = CalibratorSelector(candidates).fit(X, y)
+    assert selector.n_splits_ == 2
+
+    y_unique = np.array([0, 1, 2, 0, 1, 2])[:3]
+    with pytest.warns(UserWarning, match="no cross-validation"):
+        selector = CalibratorSelector(candidates).fit(X[:3], y_unique)
+    assert selector.n_splits_ == 0
+    assert selector.best_index_ == 0
+    assert isinstance(selector.best_estimator_, TemperatureScaling)
+    assert np.isnan(selector.best_score_)
+
+
+@pytest.mark.parametrize(
+    "calibrators, error, message",
+    [
+        ([], ValueError, "empty"),
+        ([LogisticRegression, TemperatureScaling()], TypeError, "calibrators\\[0\\]"),
+        ([("a", 1)], TypeError, "fit and predict_proba"),
+        ([("a", TemperatureScaling(), 3)], ValueError, "pair"),
+        ([TemperatureScaling(), TemperatureScaling()], ValueError, "named"),
+    ],
+    ids=["empty", "class_not_instance", "not_estimator", "triple", "duplicate"],
+)
+def test_bad_candidates_raise(calibrators, error, message):
+    X, y = _biased_logits(n_samples=60)
+    with pytest.raises(error, match=message):
+        CalibratorSelector(calibrators, cv=3).fit(X, y)
+
+
+def test_unknown_scoring_name_raises():
+    X, y = _biased_logits(n_samples=60)
+    with pytest.raises(ValueError, match="not a valid scoring"):
+        CalibratorSelector(scoring="neg_nothing", cv=3).fit(X, y)
+
+
+def test_cv_results_make_a_dataframe():
+    pd = pytest.importorskip("pandas")
+    X, y = _biased_logits(n_samples=300)
+    selector = CalibratorSelector(_candidates()[1:3], cv=3).fit(X, y)
+    frame = pd.DataFrame(selector.cv_results_)
+    assert frame.shape == (2, 1 + 3 + 7)
+    assert frame.loc[selector.best_index_, "rank_test_score"] == 1
+
+
+def test_to_torch_delegates_to_the_winner():
+    torch = pytest.importorskip("torch")
+    X, y = _biased_logits(n_samples=300)
+    selector = CalibratorSelector(_candidates()[1:3], cv=3).fit(X, y)
+    with torch.no_grad():
+        log_proba = selector.to_torch()(torch.from_numpy(X)).numpy()
+    np.testing.assert_allclose(log_proba, selector.transform(X), atol=1e-10)
+
+    iso = CalibratorSelector([IsotonicCalibration()], cv=3).fit(X, y)
+    with pytest.raises(AttributeError, match="no to_torch"):
+        iso.to_torch()
+
+
+def test_masked_logits_keep_zero_probability():
+    X, y = _biased_logits(n_samples=300)
+    selector = CalibratorSelector(_candidates()[1:3], cv=3).fit(X, y)
+    masked = X.copy()
+    masked[:10, 1] = -np.inf
+    proba = selector.predict_proba(masked)
+    assert np.all(proba[:10, 1] == 0)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
