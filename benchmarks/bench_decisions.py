@@ -3,8 +3,9 @@
 Does better calibration buy coverage at the same guarantee? On each public
 set the pooled val + test logits are split at random (10 splits, seeded) into
 three equal parts: A fits a calibrator, B certifies the threshold, C measures
-it. For each risk (2 %, 5 %, 10 %; confidence 90 %, binomial bound) the table gives the mean accepted fraction of C and the error
-rate among C's accepted samples, for:
+it. For each risk (2 %, 5 %, 10 %; confidence 90 %, binomial bound) the
+table gives the mean accepted fraction of C and the error rate among C's
+accepted samples, for:
 
 - ``raw B``: the softmax of the logits, certified on B (fixed sequence;
   ``raw B Holm`` and ``raw B SGR``: Bonferroni-Holm over the same grid and

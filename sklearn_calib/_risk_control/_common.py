@@ -26,7 +26,7 @@ from ..utils._compat import (
     _safe_indexing,
     check_is_fitted,
 )
-from ..utils._math import row_chunks
+from ..utils._math import row_blocks
 from ..utils._validation import (
     check_logit_labels,
     check_logits,
@@ -41,7 +41,7 @@ from ..utils._validation import (
 def masked_softmax(logits):
     """float64 softmax of validated logits, chunk by chunk; ``-inf`` gives 0."""
     proba = np.empty(logits.shape, dtype=np.float64)
-    for rows in row_chunks(*logits.shape):
+    for rows in row_blocks(*logits.shape):
         proba[rows] = _masked_softmax(logits[rows])[0]
     return proba
 
