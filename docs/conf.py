@@ -89,6 +89,7 @@ USER_GUIDE_ORDER = [
     "binning",
     "clinical_validation",
     "conformal",
+    "decisions",
     "label_shift",
     "command_line",
     "datasets",

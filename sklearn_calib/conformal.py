@@ -1147,3 +1147,9 @@ def conformal_report(
     import pandas as pd
 
     return pd.DataFrame(rows)
+
+
+# Conformal risk control builds on ConformalClassifier (its own module).
+from ._risk_control._crc import ConformalRiskClassifier  # noqa: E402
+
+__all__ += ["ConformalRiskClassifier"]

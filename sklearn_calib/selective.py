@@ -29,6 +29,19 @@ Conventions (``docs/user_guide/conformal.rst``):
   the error rate, the closed form of Geifman et al.
 """
 
+from ._risk_control._binary import CertifiedThresholdClassifier
+from ._risk_control._bounds import (
+    binomial_tail_pvalue,
+    hoeffding_bentkus_pvalue,
+    risk_upper_bound,
+)
+from ._risk_control._scorers import (
+    acceptance_rate,
+    acceptance_rate_scorer,
+    accepted_error_rate,
+    neg_accepted_error_rate,
+)
+from ._risk_control._selective import SelectiveClassifier
 from .metrics._selective import (
     RiskCoverageCurve,
     aurc,
@@ -39,10 +52,19 @@ from .metrics._selective import (
 )
 
 __all__ = [
+    "CertifiedThresholdClassifier",
     "RiskCoverageCurve",
+    "SelectiveClassifier",
+    "accepted_error_rate",
+    "acceptance_rate",
+    "acceptance_rate_scorer",
     "aurc",
+    "binomial_tail_pvalue",
     "coverage_at_risk",
     "excess_aurc",
+    "hoeffding_bentkus_pvalue",
+    "neg_accepted_error_rate",
     "risk_coverage_curve",
+    "risk_upper_bound",
     "selective_risk",
 ]

@@ -11,6 +11,7 @@ from functools import partial
 import numpy as np
 import pytest
 from sklearn.base import clone
+from sklearn.linear_model import LogisticRegression
 from sklearn.utils import get_tags
 from sklearn.utils.estimator_checks import (
     estimator_checks_generator,
@@ -20,15 +21,17 @@ from sklearn.utils.estimator_checks import (
 from sklearn_calib import CalibratedClassifier
 from sklearn_calib.utils._testing import (
     _COMMON_EXPECTED_FAILURES,
+    DECISION_EXPECTED_FAILED_CHECKS,
     EXPECTED_FAILED_CHECKS,
     FAST_PARAMS,
     N_FROM_WEIGHTS,
     REASON_ERRORS,
+    decision_expected_failed_checks,
     expected_failed_checks,
     make_fast,
     make_logits,
 )
-from sklearn_calib.utils.discovery import all_calibrators
+from sklearn_calib.utils.discovery import all_calibrators, all_decision_estimators
 
 # scikit-learn's estimator checks fit on random features with a few
 # samples: no ranking information, classes without samples, separable data.
@@ -63,6 +66,33 @@ def test_sklearn_compatible(estimator, check):
 @parametrize_with_checks([CalibratedClassifier()])
 def test_default_calibrated_classifier_passes_every_check(estimator, check):
     check(estimator)
+
+
+# Decision estimators (selective classification, certified binary thresholds,
+# conformal risk control) are not calibrators: they run the same checks, bare
+# on logits and over a real classifier, each with its own strict table. The
+# checks' sets are small: certifying nothing (a warning) is right there.
+DECISIONS = [cls for _, cls in all_decision_estimators()]
+
+
+@pytest.mark.filterwarnings("ignore:No threshold:UserWarning")
+@pytest.mark.filterwarnings("ignore:Too few calibration samples:UserWarning")
+@parametrize_with_checks(
+    [cls() for cls in DECISIONS] + [cls(LogisticRegression()) for cls in DECISIONS],
+    expected_failed_checks=decision_expected_failed_checks,
+)
+def test_decision_estimators_sklearn_compatible(estimator, check):
+    check(estimator)
+
+
+def test_decision_registry_has_a_table_per_estimator():
+    names = {name for name, _ in all_decision_estimators()}
+    assert names == {
+        "CertifiedThresholdClassifier",
+        "ConformalRiskClassifier",
+        "SelectiveClassifier",
+    }
+    assert {name for name, _ in DECISION_EXPECTED_FAILED_CHECKS} == names
 
 
 def _check_name(check):

@@ -350,6 +350,9 @@ def run_report(args, out=None):
         labels=column_labels(raw),
         as_frame=False,
     )
+    from ._decisions import decision_protocol, decision_rows
+
+    decisions = decision_rows(y_eval, probabilities, seed=args.seed)
     report = {
         "data": source,
         "evaluation": evaluation,
@@ -365,6 +368,8 @@ def run_report(args, out=None):
             f"mean of {n_splits} random 50/50 calibration/evaluation splits of the "
             "scored samples"
         ),
+        "decisions": decisions,
+        "decisions_protocol": decision_protocol(len(y_eval)),
     }
     if len(classes) == 2 and 0 < np.count_nonzero(y_eval) < len(y_eval):
         # Binary data: the clinical validation statistics of each method.

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 
+from ._decisions import decision_section
 from ._validation import validation_text
 
 # (key, table header, percent?) in display order.
@@ -194,6 +195,7 @@ def _text_table(report, *, pretty):
             + [""]
             + notes(report)
             + _set_section(report, markdown=False)
+            + decision_section(report, markdown=False, aligned=_aligned)
             + validation_text(report)
         )
         + "\n"
@@ -212,7 +214,9 @@ def _markdown_table(report):
         lines.append("| " + " | ".join(cells) + " |")
     listed = [f"- {n}" for n in notes(report)]
     header = [f"{line}  " for line in header_lines(report)]
-    sets = _set_section(report, markdown=True)
+    sets = _set_section(report, markdown=True) + decision_section(
+        report, markdown=True, aligned=_aligned
+    )
     return (
         "\n".join(header + [""] + lines + ([""] + listed if listed else []) + sets)
         + "\n"

@@ -203,6 +203,76 @@ REASON_ERRORS = {
 }
 
 
+# --- decision estimators (utils.discovery.all_decision_estimators) ------------------
+
+_ABSTAIN_REASON = (
+    "abstains where it cannot certify the risk: predict returns the abstention "
+    "label -1 for some of the check's samples, which the check compares with "
+    "the true labels"
+)
+_STRING_ABSTAIN_REASON = (
+    "string classes need a user-chosen abstain_label (the default -1 is for "
+    "numeric classes), and the check fits string labels with default parameters"
+)
+_UNCERTIFIED_REASON = (
+    "on the check's small binary set no threshold certifies precision 0.9 at "
+    "90 % confidence, so the classifier falls back to predicting no positive "
+    "(accuracy about 0.5 < 0.83) rather than returning an uncertified threshold"
+)
+_BINARY_DECISION_WIDTH = dict.fromkeys(
+    [
+        "check_fit_score_takes_y",
+        "check_dont_overwrite_parameters",
+        "check_n_features_in_after_fitting",
+        "check_positive_only_tag_during_fit",
+        "check_estimators_dtypes",
+        "check_dtype_object",
+        "check_pipeline_consistency",
+        "check_estimators_nan_inf",
+        "check_estimators_pickle",
+        "check_f_contiguous_array_estimator",
+        "check_supervised_y_2d",
+        "check_methods_sample_order_invariance",
+        "check_methods_subset_invariance",
+        "check_dict_unchanged",
+        "check_fit2d_predict1d",
+    ],
+    _BINARY_WIDTH_REASON,
+)
+# Keyed by (class name, whether a calibrator is given): bare, X is logits and
+# the width failures of the calibrators apply; over a real classifier only
+# the failures that follow from the decision itself remain.
+DECISION_EXPECTED_FAILED_CHECKS = {
+    ("SelectiveClassifier", False): {
+        **_COMMON_EXPECTED_FAILURES,
+        "check_classifiers_classes": _STRING_ABSTAIN_REASON,
+        "check_classifiers_train": _ACCURACY_REASON,
+    },
+    ("SelectiveClassifier", True): {
+        "check_classifiers_classes": _STRING_ABSTAIN_REASON,
+        "check_classifiers_train": _ABSTAIN_REASON,
+    },
+    ("CertifiedThresholdClassifier", False): {
+        **_BINARY_DECISION_WIDTH,
+        "check_classifiers_train": _UNCERTIFIED_REASON,
+    },
+    ("CertifiedThresholdClassifier", True): {
+        "check_classifiers_train": _UNCERTIFIED_REASON,
+    },
+    ("ConformalRiskClassifier", False): {
+        **_COMMON_EXPECTED_FAILURES,
+        "check_classifiers_train": _ACCURACY_REASON,
+    },
+    ("ConformalRiskClassifier", True): {},
+}
+
+
+def decision_expected_failed_checks(estimator):
+    """The expected-failure table of a decision estimator of the registry."""
+    key = (type(estimator).__name__, estimator.calibrator is not None)
+    return DECISION_EXPECTED_FAILED_CHECKS[key]
+
+
 def expected_failed_checks(estimator):
     """The expected-failure table for scikit-learn's checks on ``estimator``."""
     name = type(estimator).__name__

@@ -31,6 +31,29 @@ def all_calibrators():
     return sorted(found)
 
 
+def all_decision_estimators():
+    """Every public decision estimator (they act on probabilities; not calibrators).
+
+    Returns
+    -------
+    estimators : list of (name, class) tuples
+        Sorted by name: the estimators of :mod:`sklearn_calib.selective` and
+        :mod:`sklearn_calib.conformal` built on certified thresholds
+        (selective classification, binary thresholds, conformal risk control).
+    """
+    from sklearn_calib import conformal, selective
+
+    found = {}
+    for module in (selective, conformal):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) and obj.__module__.startswith(
+                "sklearn_calib._risk_control"
+            ):
+                found[name] = obj
+    return sorted(found.items())
+
+
 def all_metrics():
     """Every public calibration metric (functions of ``(y_true, y_prob)``).
 

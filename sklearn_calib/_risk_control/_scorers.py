@@ -1,0 +1,128 @@
+"""Metrics and scorers of abstaining classifiers: error rate and acceptance.
+
+Predictions equal to the abstention label are abstentions; the others are
+accepted. The scorers call ``predict`` and read the label from the fitted
+estimator's ``abstain_label_`` (or its last pipeline step's), so they score a
+:class:`~sklearn_calib.selective.SelectiveClassifier` in ``GridSearchCV`` or
+``cross_validate``.
+"""
+
+import numpy as np
+from sklearn.metrics import make_scorer
+
+from ..utils._compat import _Scorer
+from ..utils._validation import to_numpy
+
+
+def _accepted(y_true, y_pred, abstain_label, sample_weight):
+    y_true = np.asarray(to_numpy(y_true)).ravel()
+    y_pred = np.asarray(to_numpy(y_pred)).ravel()
+    if y_true.shape != y_pred.shape:
+        raise ValueError(
+            "y_true and y_pred have inconsistent numbers of samples: "
+            f"{y_true.shape[0]} and {y_pred.shape[0]}."
+        )
+    if sample_weight is None:
+        weight = np.ones(y_true.shape[0])
+    else:
+        weight = np.asarray(to_numpy(sample_weight), dtype=np.float64).ravel()
+        if weight.shape != y_true.shape or np.any(weight < 0):
+            raise ValueError(
+                "sample_weight must hold one non-negative weight per sample."
+            )
+    accepted = y_pred != np.asarray(abstain_label, dtype=y_pred.dtype)
+    return y_true, y_pred, accepted, weight
+
+
+def accepted_error_rate(y_true, y_pred, *, abstain_label=-1, sample_weight=None):
+    """Error rate among the accepted samples (the selective risk).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels.
+    y_pred : array-like of shape (n_samples,)
+        Predictions, ``abstain_label`` where the classifier abstains.
+    abstain_label : object, default=-1
+        The label of abstentions.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights.
+
+    Returns
+    -------
+    rate : float
+        Weighted errors over the weight of the accepted samples; 0.0 when none
+        is accepted (no answer, no error).
+
+    Examples
+    --------
+    >>> from sklearn_calib.selective import accepted_error_rate
+    >>> accepted_error_rate([0, 1, 1, 0], [0, 0, -1, -1])
+    0.5
+    """
+    y_true, y_pred, accepted, weight = _accepted(
+        y_true, y_pred, abstain_label, sample_weight
+    )
+    mass = weight[accepted].sum()
+    if mass == 0:
+        return 0.0
+    wrong = (y_pred != y_true) & accepted
+    return float(weight[wrong].sum() / mass)
+
+
+def acceptance_rate(y_true, y_pred, *, abstain_label=-1, sample_weight=None):
+    """Fraction of samples accepted (the coverage).
+
+    Parameters
+    ----------
+    y_true : array-like of shape (n_samples,)
+        True labels (only their number is used).
+    y_pred : array-like of shape (n_samples,)
+        Predictions, ``abstain_label`` where the classifier abstains.
+    abstain_label : object, default=-1
+        The label of abstentions.
+    sample_weight : array-like of shape (n_samples,), default=None
+        Non-negative weights.
+
+    Returns
+    -------
+    rate : float
+
+    Examples
+    --------
+    >>> from sklearn_calib.selective import acceptance_rate
+    >>> acceptance_rate([0, 1, 1, 0], [0, 0, -1, -1])
+    0.5
+    """
+    _, _, accepted, weight = _accepted(y_true, y_pred, abstain_label, sample_weight)
+    return float(weight[accepted].sum() / weight.sum())
+
+
+class _AbstentionScorer(_Scorer):
+    """A ``make_scorer`` scorer that passes the estimator's abstention label."""
+
+    @classmethod
+    def from_scorer(cls, scorer):
+        new = cls.__new__(cls)
+        new.__dict__.update(vars(scorer))
+        return new
+
+    def _score(self, method_caller, estimator, X, y_true, **kwargs):
+        final = estimator
+        if hasattr(estimator, "steps"):  # a Pipeline: its last step decides
+            final = estimator.steps[-1][1]
+        label = getattr(final, "abstain_label_", None)
+        if label is not None and "abstain_label" not in self._kwargs:
+            kwargs["abstain_label"] = label
+        return super()._score(method_caller, estimator, X, y_true, **kwargs)
+
+
+neg_accepted_error_rate = _AbstentionScorer.from_scorer(
+    make_scorer(accepted_error_rate, greater_is_better=False)
+)
+"""Scorer of :func:`accepted_error_rate`, negated (greater is better)."""
+
+acceptance_rate_scorer = _AbstentionScorer.from_scorer(
+    make_scorer(acceptance_rate, greater_is_better=True)
+)
+"""Scorer of :func:`acceptance_rate` (greater is better)."""
