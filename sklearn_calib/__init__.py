@@ -6,7 +6,6 @@ matplotlib: torch is loaded when a calibrator is fitted, matplotlib when a
 figure is drawn.
 """
 
-from ._bias_corrected import BiasCorrectedTemperatureScaling
 from ._binning.histogram import HistogramBinning
 from ._binning.isotonic import IsotonicCalibration
 from ._binning.spline import SplineCalibration
@@ -22,6 +21,7 @@ from ._scaling.affine import (
     VectorScaling,
 )
 from ._scaling.beta_quadratic import BetaCalibration, QuadraticScaling
+from ._scaling.bias_corrected import BiasCorrectedTemperatureScaling
 from ._scaling.ensemble_temperature import EnsembleTemperatureScaling
 from ._scaling.structured import StructuredMatrixScaling, StructuredVectorScaling
 from ._scaling.temperature import TemperatureScaling

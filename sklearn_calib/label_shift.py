@@ -42,8 +42,8 @@ from sklearn.base import clone
 from sklearn.exceptions import ConvergenceWarning
 from sklearn.utils import check_random_state
 
-from ._bias_corrected import BiasCorrectedTemperatureScaling
 from ._chunks.sources import is_dask_array, is_zarr_array
+from ._scaling.bias_corrected import BiasCorrectedTemperatureScaling
 from .base import BaseCalibrator
 from .metrics import expected_calibration_error, log_loss
 from .utils._compat import HasMethods, Interval, StrOptions, check_is_fitted

@@ -29,12 +29,12 @@ from sklearn_calib._risk_control._bounds import (
     bonferroni_holm,
     fixed_sequence,
 )
-from sklearn_calib._risk_control._crc import crc_threshold
 from sklearn_calib._risk_control._selective import (
     certify_risk_sorted,
     minimum_accepted,
 )
 from sklearn_calib.conformal import ConformalClassifier, ConformalRiskClassifier
+from sklearn_calib.conformal import _crc_threshold as crc_threshold
 from sklearn_calib.selective import (
     CertifiedThresholdClassifier,
     SelectiveClassifier,

@@ -1,3 +1,3 @@
-"""Decisions with guarantees: selective classification, certified binary
-thresholds and conformal risk control (public names in
-:mod:`sklearn_calib.selective` and :mod:`sklearn_calib.conformal`)."""
+"""Decisions with guarantees: selective classification and certified binary
+thresholds (public names in :mod:`sklearn_calib.selective`). Conformal risk
+control lives beside the sets it controls, in :mod:`sklearn_calib.conformal`."""

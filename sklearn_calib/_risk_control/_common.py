@@ -112,6 +112,7 @@ class DecisionEstimator(ClassifierMixin, BaseEstimator):
                 np.arange(n_samples),
                 train_size=self.calibrator_fraction,
                 random_state=self.random_state,
+                stratify=_stratify(y, self.calibrator_fraction),
             )
             self.calibrator_ = clone(self.calibrator).fit(
                 _safe_indexing(X, fit_rows), y[fit_rows]
@@ -169,3 +170,19 @@ class DecisionEstimator(ClassifierMixin, BaseEstimator):
             tags.input_tags.allow_nan = inner.input_tags.allow_nan
             tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
         return tags
+
+
+def _stratify(y, train_fraction):
+    """``y`` where a stratified split can give both parts every class, else None.
+
+    A random split can leave a class out of the calibrator's part, whose
+    ``classes_`` then miss a label of the certification part. Stratifying keeps
+    each class in both parts whenever every class has two samples and each part
+    has room for one sample per class.
+    """
+    _, counts = np.unique(y, return_counts=True)
+    n_fit = int(np.floor(train_fraction * y.shape[0]))
+    n_certify = y.shape[0] - n_fit
+    if counts.min() >= 2 and min(n_fit, n_certify) >= counts.size:
+        return y
+    return None

@@ -32,13 +32,13 @@ from numbers import Integral, Real
 import numpy as np
 from sklearn.exceptions import ConvergenceWarning
 
-from ._scaling.affine import SEPARATED_LOSS
-from ._scaling.temperature import TemperatureScaling
-from .base import BaseCalibrator
-from .utils._compat import Interval, check_is_fitted
-from .utils._fitted_state import check_state_array, check_state_float, check_state_int
-from .utils._math import row_blocks
-from .utils._validation import check_true_class_unmasked, mask_of
+from ..base import BaseCalibrator
+from ..utils._compat import Interval, check_is_fitted
+from ..utils._fitted_state import check_state_array, check_state_float, check_state_int
+from ..utils._math import row_blocks
+from ..utils._validation import check_true_class_unmasked, mask_of
+from .affine import SEPARATED_LOSS
+from .temperature import TemperatureScaling
 
 # The exact Hessian is (K + 1)^2 float64 values and costs N K^2 per pass;
 # beyond this many classes, Newton-CG on Hessian-vector products.

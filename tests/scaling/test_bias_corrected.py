@@ -7,7 +7,7 @@ from scipy.special import log_softmax as scipy_log_softmax
 from scipy.special import logsumexp
 
 from sklearn_calib import BiasCorrectedTemperatureScaling, TemperatureScaling
-from sklearn_calib._bias_corrected import bcts_objective
+from sklearn_calib._scaling.bias_corrected import bcts_objective
 from sklearn_calib.utils._testing import make_logits
 
 from .conftest import load_shared
@@ -165,8 +165,8 @@ def test_to_torch_matches_predict_proba():
 
 
 def test_hessian_vector_product_and_many_class_path(monkeypatch):
-    from sklearn_calib import _bias_corrected
-    from sklearn_calib._bias_corrected import bcts_hessp
+    from sklearn_calib._scaling import bias_corrected as _bias_corrected
+    from sklearn_calib._scaling.bias_corrected import bcts_hessp
 
     logits, y = _offset_logits(10, n=300, k=5)
     w = np.full(len(y), 1.0 / len(y))
