@@ -21,6 +21,7 @@ PUBLIC_MODULES = [
     "sklearn_calib",
     "sklearn_calib.chunked",
     "sklearn_calib.conformal",
+    "sklearn_calib.label_shift",
     "sklearn_calib.metrics",
     "sklearn_calib.selective",
 ]
@@ -31,6 +32,7 @@ CLASS_MODULES = {
     "sklearn_calib": {
         "BaseCalibrator": "sklearn_calib.base",
         "BetaCalibration": "sklearn_calib._scaling.beta_quadratic",
+        "BiasCorrectedTemperatureScaling": "sklearn_calib._scaling.bias_corrected",
         "CalibratedClassifier": "sklearn_calib._meta.calibrated_classifier",
         "CalibratorSelector": "sklearn_calib._meta.selector",
         "DirichletCalibration": "sklearn_calib._scaling.affine",
@@ -54,6 +56,10 @@ CLASS_MODULES = {
     },
     "sklearn_calib.conformal": {
         "ConformalClassifier": "sklearn_calib.conformal",
+        "ConformalRiskClassifier": "sklearn_calib.conformal",
+    },
+    "sklearn_calib.label_shift": {
+        "LabelShiftAdapter": "sklearn_calib.label_shift",
     },
     "sklearn_calib.metrics": {
         "BinnedCalibrationAccumulator": "sklearn_calib.metrics._accumulators",
@@ -70,7 +76,9 @@ CLASS_MODULES = {
         "ValidationReport": "sklearn_calib.metrics._validation_report",
     },
     "sklearn_calib.selective": {
+        "CertifiedThresholdClassifier": "sklearn_calib._risk_control._binary",
         "RiskCoverageCurve": "sklearn_calib.metrics._selective",
+        "SelectiveClassifier": "sklearn_calib._risk_control._selective",
     },
 }
 
@@ -91,11 +99,13 @@ SKOPS_TRUSTED = [
     "sklearn_calib._scaling.affine.VectorScaling",
     "sklearn_calib._scaling.beta_quadratic.BetaCalibration",
     "sklearn_calib._scaling.beta_quadratic.QuadraticScaling",
+    "sklearn_calib._scaling.bias_corrected.BiasCorrectedTemperatureScaling",
     "sklearn_calib._scaling.ensemble_temperature.EnsembleTemperatureScaling",
     "sklearn_calib._scaling.structured.StructuredMatrixScaling",
     "sklearn_calib._scaling.structured.StructuredVectorScaling",
     "sklearn_calib._scaling.temperature.TemperatureScaling",
     "sklearn_calib.conformal.ConformalClassifier",
+    "sklearn_calib.conformal.ConformalRiskClassifier",
     "sklearn_calib.metrics._calibration.adaptive_calibration_error",
     "sklearn_calib.metrics._calibration.classwise_calibration_error",
     "sklearn_calib.metrics._calibration.expected_calibration_error",

@@ -104,6 +104,13 @@ MASKED_EQUALITY = {
         "b_k), so the other classes' (w, b) solve the same problem",
         _vector,
     ),
+    "BiasCorrectedTemperatureScaling": MaskedEquality(
+        False,
+        "a column masked on every calibration row is a class without a sample: "
+        "its bias is held at 0 with a warning that vector scaling does not give "
+        "(it reads such a column as masked), so the fit warns where the "
+        "unmasked fit does not; the masked class still gets probability 0",
+    ),
     "PlattScaling": MaskedEquality(
         False,
         "binary only: a third (masked) column makes the problem multiclass; rows "

@@ -140,6 +140,7 @@ def test_trusted_types_list_every_public_estimator():
     expected = {f"{cls.__module__}.{cls.__qualname__}" for cls in CALIBRATORS}
     expected.add("sklearn_calib._meta.calibrated_classifier.CalibratedClassifier")
     expected.add("sklearn_calib.conformal.ConformalClassifier")
+    expected.add("sklearn_calib.conformal.ConformalRiskClassifier")
     # What a CalibratorSelector's scorer_ holds: the scorer class and the
     # metric of each of the library's scorers.
     metrics = "sklearn_calib.metrics."

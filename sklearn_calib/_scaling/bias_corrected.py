@@ -467,7 +467,7 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
             scale); exportable with ``torch.export.export``.
         """
         check_is_fitted(self)
-        from ._torch._scaling_modules import VectorScalingModule
+        from .._torch._scaling_modules import VectorScalingModule
 
         return VectorScalingModule(
             np.full(len(self.classes_), 1.0 / self.temperature_), self.intercept_

@@ -10,7 +10,7 @@ from sklearn_calib import BiasCorrectedTemperatureScaling, TemperatureScaling
 from sklearn_calib._scaling.bias_corrected import bcts_objective
 from sklearn_calib.utils._testing import make_logits
 
-from .conftest import load_shared
+from ..conftest import load_shared
 
 
 def _scipy_bcts(logits, y, weights=None):
