@@ -220,10 +220,6 @@ class CalibratorSelector(BaseCalibrator):
         chosen; if every candidate has one, the first is used, with a
         warning.
     classes : array-like of shape (n_classes,), default=None
-        The label of each logit column, in column order (see
-        :class:`BaseCalibrator`); ``None`` infers them from ``y``.
-
-    classes : array-like of shape (n_classes,), default=None
         The label of each logit column, in column order (for a single score
         column: the negative, then the positive class). Set it when the
         calibration labels may lack a class or are not 0-based indices, for
@@ -325,7 +321,6 @@ class CalibratorSelector(BaseCalibrator):
         error_score=np.nan,
         classes=None,
     ):
-        self.classes = classes
         self.calibrators = calibrators
         self.scoring = scoring
         self.cv = cv
