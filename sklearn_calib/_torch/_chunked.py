@@ -43,6 +43,7 @@ from ._temperature import (
     beta_limits,
     bracketed_newton,
     logit_scales,
+    noise_floor,
     shift_logits,
     shift_params,
     spaced_rows,
@@ -171,7 +172,9 @@ def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
             _shifted(logits, exponent), codes, weights, None, beta, lo, hi, max_iter
         )
     problem = ChunkedTemperatureProblem(reduce, exponent)
-    result = bracketed_newton(problem, beta, lo, hi, max_iter, rtol)
+    result = bracketed_newton(
+        problem, beta, lo, hi, max_iter, rtol, floor=noise_floor(logits.dtype)
+    )
     result.beta *= 2.0**exponent
     return result, problem.n_passes
 

@@ -41,6 +41,17 @@ _FIRST_WARM_ROWS = 256
 # A Newton step below this relative size that no longer shrinks quadratically
 # has hit the rounding noise of float32 row sums.
 _NOISE_FLOOR = 1e-6
+
+
+def noise_floor(dtype):
+    """Relative step below which a stalled Newton iteration is at rounding noise.
+
+    About eight units in the last place of the logits' dtype: 1e-6 for float32
+    row sums, 2e-15 for float64, whose solves must reach their 1e-13 tolerance.
+    """
+    return 8.0 * torch.finfo(dtype).eps
+
+
 _MAX_LOG_STEP = 3.0
 _CPU_BLOCK_ELEMENTS = 2**19
 _CUDA_BLOCK_ELEMENTS = 2**27
@@ -362,12 +373,13 @@ def _newton_candidate(beta, g, h, h3=float("nan")):
     )
 
 
-def bracketed_newton(problem, beta, lo, hi, max_iter, rtol):
+def bracketed_newton(problem, beta, lo, hi, max_iter, rtol, *, floor=_NOISE_FLOOR):
     """Bracketed Newton iteration for L'(beta) = 0 on [lo, hi].
 
     ``lo``/``hi`` start at the allowed range; their derivative signs are
     checked only when an iterate would leave it, so an interior optimum costs
-    no extra pass.
+    no extra pass. ``floor`` is the relative step at which a stalled iteration
+    has reached the rounding noise of the sums (:func:`noise_floor`).
     """
     lo_checked = hi_checked = False
     previous_step = float("inf")
@@ -394,7 +406,7 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol):
         # Newton crawls linearly when the optimum is at a bound (for example
         # a separable calibration set: L' ~ -c exp(-beta gap)); two slow steps
         # in a row trigger the check of the bound the gradient points to.
-        slow = abs(candidate - beta) > max(0.5 * previous_step, _NOISE_FLOOR * beta)
+        slow = abs(candidate - beta) > max(0.5 * previous_step, floor * beta)
         slow_steps = slow_steps + 1 if slow else 0
         if (candidate >= hi or (slow_steps >= 2 and g < 0)) and not hi_checked:
             g_hi = problem.derivatives(hi)[0]
@@ -418,13 +430,13 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol):
         # rounding floor of the logits' dtype, where another pass has nothing
         # left to gain.
         predicted_error = step * step * step / previous_step**2
-        fast = step <= _NOISE_FLOOR * beta or (
+        fast = step <= floor * beta or (
             math.isfinite(previous_step) and step <= 1e-3 * previous_step
         )
         if (
             step <= rtol * beta
             or (fast and predicted_error <= rtol * beta)
-            or (step <= _NOISE_FLOOR * beta and step > 0.25 * previous_step)
+            or (step <= floor * beta and step > 0.25 * previous_step)
         ):
             return TemperatureFit(beta, n_iter, "converged", g)
         previous_step = step
@@ -502,7 +514,9 @@ def fit_inverse_temperature(logits, y, weights, *, max_iter=100):
     beta = 1.0 if lo < 1.0 < hi else (lo * hi) ** 0.5
     if n_rows > 4 * WARM_START_ROWS:
         beta = warm_start(source, y, weights, sample, beta, lo, hi, max_iter)
-    result = bracketed_newton(problem, beta, lo, hi, max_iter, rtol)
+    result = bracketed_newton(
+        problem, beta, lo, hi, max_iter, rtol, floor=noise_floor(logits.dtype)
+    )
     result.beta *= 2.0**exponent * prescale
     return result
 
