@@ -176,7 +176,14 @@ def weighted_quantile(values, q, weights):
     """R's default (type 7) quantile unweighted; inverted CDF with weights."""
     if weights is None:
         return float(np.quantile(values, q))
-    return float(np.quantile(values, q, weights=weights, method="inverted_cdf"))
+    # The smallest value whose cumulative weight reaches q of the total (numpy's
+    # method="inverted_cdf" with weights, which needs numpy 2.0; the floor is 1.24).
+    values = np.asarray(values, dtype=np.float64)
+    weights = np.asarray(weights, dtype=np.float64)
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    index = np.searchsorted(cumulative, q * cumulative[-1], side="left")
+    return float(values[order][min(index, values.size - 1)])
 
 
 def distances(errors, weights):

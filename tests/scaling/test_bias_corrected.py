@@ -61,7 +61,11 @@ def test_real_logits_match_scipy_and_beat_temperature():
     est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
     temperature, bias, loss = _scipy_bcts(logits, y)
     assert est.temperature_ == pytest.approx(temperature, rel=1e-6)
-    np.testing.assert_allclose(est.intercept_, bias, atol=1e-5)
+    # The objective is flat along the biases of these real logits: scipy 1.10's
+    # BFGS stops 4e-4 from the optimum there, so the biases are compared at that
+    # scale and exactness by the objective, at most scipy's.
+    np.testing.assert_allclose(est.intercept_, bias, atol=1e-3)
+    assert est.objective_ <= loss + 1e-12
     ts = TemperatureScaling(device="cpu").fit(logits, y)
     ts_nll = np.mean(
         -scipy_log_softmax(logits / ts.temperature_, axis=1)[np.arange(len(y)), y]
