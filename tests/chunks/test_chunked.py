@@ -163,9 +163,7 @@ def test_vector_scaling_separable_class_is_frozen_as_in_memory():
     with pytest.warns(UserWarning, match="1 of the 7 classes"):
         expected = VectorScaling(device="cpu", tol=1e-10).fit(X, y)
     with pytest.warns(UserWarning, match="1 of the 7 classes"):
-        fitted = VectorScaling(device="cpu", tol=1e-10).fit_chunks(
-            random_chunks(X, y)
-        )
+        fitted = VectorScaling(device="cpu", tol=1e-10).fit_chunks(random_chunks(X, y))
     assert abs(vector_nll(expected, X, y) - vector_nll(fitted, X, y)) < 1e-9
     # 2.4e-7 measured (float32 probabilities).
     np.testing.assert_allclose(
