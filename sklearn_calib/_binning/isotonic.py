@@ -26,6 +26,25 @@ from .one_vs_rest import (
 )
 
 
+def _constant_fit(scores, targets):
+    """The thresholds of the isotonic fit of constant targets, else ``(None, None)``.
+
+    ``scores`` and ``targets`` are those of the samples of positive weight
+    (the only ones :class:`~sklearn.isotonic.IsotonicRegression` keeps). When
+    every target is the same (a class absent from the calibration labels: all
+    0), the fit is that constant, and scikit-learn keeps the smallest and the
+    largest score as thresholds (one when they are equal): the same arrays,
+    without a regression per class (a vocabulary of 50,000 classes of which a
+    calibration set holds a few hundred).
+    """
+    first = targets[0]
+    if np.any(targets != first):
+        return None, None
+    low, high = scores.min(), scores.max()
+    x = np.array([low], dtype=np.float64) if low == high else np.array([low, high])
+    return x.astype(np.float64), np.full(x.shape, float(first))
+
+
 class IsotonicCalibration(BaseCalibrator):
     """Isotonic regression of the softmax probabilities (Zadrozny & Elkan 2002).
 
@@ -152,17 +171,21 @@ class IsotonicCalibration(BaseCalibrator):
         )
         self.X_thresholds_, self.y_thresholds_ = [], []
         for scores, targets, weights in problems:
-            if not np.any(weights > 0):  # masked in every calibration row
+            counted = weights > 0
+            if not np.any(counted):  # masked in every calibration row
                 # No data, no correction: the identity on the probability,
                 # as a function of the log-odds (interpolated within 1e-4).
                 grid = np.linspace(-40.0, 40.0, 801)
                 self.X_thresholds_.append(grid)
                 self.y_thresholds_.append(expit(grid))
                 continue
-            iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
-            iso.fit(scores, targets, sample_weight=weights)
-            self.X_thresholds_.append(iso.X_thresholds_)
-            self.y_thresholds_.append(iso.y_thresholds_)
+            x, values = _constant_fit(scores[counted], targets[counted])
+            if x is None:
+                iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
+                iso.fit(scores, targets, sample_weight=weights)
+                x, values = iso.X_thresholds_, iso.y_thresholds_
+            self.X_thresholds_.append(x)
+            self.y_thresholds_.append(values)
 
     def _check_fitted_state(self):
         super()._check_fitted_state()
