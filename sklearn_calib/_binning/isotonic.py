@@ -48,22 +48,35 @@ def _constant_fit(scores, targets):
 class IsotonicCalibration(BaseCalibrator):
     """Isotonic regression of the softmax probabilities (Zadrozny & Elkan 2002).
 
-    A non-decreasing step function (linearly interpolated between its
-    thresholds, as :class:`sklearn.isotonic.IsotonicRegression` predicts) is
-    fitted by the pool adjacent violators algorithm to the 0/1 outcome, either
-    per class (one-vs-rest, then rows renormalised) or on the top-label
-    confidence. Inputs outside the fitted range are clipped to its ends.
+    A non-decreasing map is fitted by the pool adjacent violators algorithm
+    to the 0/1 outcome, either per class (one-vs-rest, then rows
+    renormalised) or on the top-label confidence, as a function of the
+    log-odds ``log(p_k / (1 - p_k)) = z_k - logsumexp_{j != k} z_j`` of the
+    probabilities (computed stably from the logits). Inputs outside the
+    fitted range are clipped to its ends.
 
-    The maps take the log-odds ``log(p_k / (1 - p_k)) = z_k - logsumexp_{j !=
-    k} z_j`` of the probabilities as input, computed stably from the logits.
-    They order the samples as the probabilities do, so the isotonic fit is the
-    same, but they do not saturate: float64 probabilities round to 1.0 once a
-    logit leads the others by about 36.7, which would tie (and pool) samples
-    that the logits still rank. For a single score column ``s`` (the logits
-    ``(0, s)``) the log-odds of the positive class are ``s`` itself, so the
-    map is :class:`~sklearn.isotonic.IsotonicRegression` on the scores, as in
+    The log-odds order the samples as the probabilities do, so (where no two
+    samples' probabilities round to the same float64) the pooled blocks and
+    the fitted values are those of :class:`sklearn.isotonic.IsotonicRegression`
+    fitted on the probabilities, and the thresholds are the log-odds of its
+    thresholds. Two things differ from scikit-learn's isotonic calibration of
+    the probabilities:
+
+    - between two thresholds the map is linear in the log-odds, where
+      scikit-learn's is linear in the probability, so at a score between
+      thresholds the two differ (in a class's map at the test scores with
+      ``p_k < 0.5`` of the bundled sets: up to 2.2e-3 on CIFAR-10, 2.0e-2 on
+      CIFAR-100); at the thresholds, and outside the fitted range, they
+      agree;
+    - the log-odds do not saturate: float64 probabilities round to 1.0 once
+      a logit leads the others by about 36.7, which would tie (and pool)
+      samples that the logits still rank.
+
+    For a single score column ``s`` (the logits ``(0, s)``) the log-odds of
+    the positive class are ``s`` itself, so the map is
+    :class:`~sklearn.isotonic.IsotonicRegression` on the scores, as in
     :class:`~sklearn.calibration.CalibratedClassifierCV` with
-    ``method="isotonic"``.
+    ``method="isotonic"`` on a ``decision_function``.
 
     Isotonic regression is flexible and needs a large calibration set; it may
     change the argmax, through ties of the step function and through the
@@ -113,8 +126,11 @@ class IsotonicCalibration(BaseCalibrator):
 
     - tied calibration scores are pooled first, their targets averaged with
       their weights, and get one fitted value;
-    - between two thresholds the map is linear; scores below the smallest or
-      above the largest calibration score take the value at that end;
+    - between two thresholds ``x_j < x_{j+1}`` (log-odds) the map is linear
+      in the log-odds, ``y_j + (s - x_j) (y_{j+1} - y_j) / (x_{j+1} - x_j)``
+      (:func:`numpy.interp`), not in the probability; scores below the
+      smallest or above the largest calibration score take the value at that
+      end;
     - only the thresholds are kept (``X_thresholds_``, ``y_thresholds_``), so
       the fitted calibrator is small and pickles without scikit-learn
       estimators inside.

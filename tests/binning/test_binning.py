@@ -563,3 +563,66 @@ def test_top_label_always_right_is_the_constant_fit_of_scikit_learn():
         reference = sklearn_isotonic(confidence, np.ones(len(confidence)))
         np.testing.assert_array_equal(iso.X_thresholds_[0], reference.X_thresholds_)
         np.testing.assert_array_equal(iso.y_thresholds_[0], reference.y_thresholds_)
+
+
+# --- what the maps are between thresholds (issue 25, item 17b) ---------------------
+
+
+def test_isotonic_is_scikit_learns_at_the_thresholds_and_linear_in_log_odds_between():
+    # The maps regress on the log-odds of the probabilities: with no two
+    # samples' probabilities rounding together (no saturation here), the
+    # pooled blocks and fitted values are scikit-learn's isotonic regression
+    # of the probabilities, the thresholds are the log-odds of its
+    # thresholds, and between two thresholds the map interpolates linearly in
+    # the log-odds, not in the probability as IsotonicRegression does.
+    X, y = make_logits(n_samples=1000, n_classes=3, overconfidence=1.5, seed=12)
+    weights = np.random.default_rng(2).uniform(0.5, 2.0, size=len(y))
+    iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
+    P = softmax(X, axis=1)
+    assert P.max() < 1 - 1e-9
+    X_new, _ = make_logits(n_samples=2000, n_classes=3, overconfidence=1.5, seed=13)
+    P_new = softmax(X_new, axis=1)
+    in_log_odds, in_probability = [], []
+    for k in range(3):
+        reference = sklearn_isotonic(P[:, k], y == k, weights)
+        np.testing.assert_allclose(
+            iso.y_thresholds_[k], reference.y_thresholds_, rtol=1e-12, atol=1e-15
+        )
+        np.testing.assert_allclose(
+            iso.X_thresholds_[k], logit(reference.X_thresholds_), rtol=1e-9
+        )
+        # At the thresholds the two maps agree.
+        np.testing.assert_allclose(
+            np.interp(logit(reference.X_thresholds_), *_thresholds(iso, k)),
+            reference.predict(reference.X_thresholds_),
+            rtol=1e-9,
+            atol=1e-12,
+        )
+        # Between them: scikit-learn's values, joined by straight lines in
+        # the log-odds.
+        in_log_odds.append(
+            np.interp(
+                logit(P_new[:, k]),
+                logit(reference.X_thresholds_),
+                reference.y_thresholds_,
+            )
+        )
+        in_probability.append(reference.predict(P_new[:, k]))
+
+    def renormalised(columns):
+        q = np.maximum(np.column_stack(columns), 1e-12)
+        return q / q.sum(axis=1, keepdims=True)
+
+    proba = iso.predict_proba(X_new)
+    np.testing.assert_allclose(proba, renormalised(in_log_odds), rtol=1e-9, atol=1e-12)
+    # ... which is not IsotonicRegression's linear interpolation in p.
+    gap = np.abs(proba - renormalised(in_probability)).max()
+    assert 1e-4 < gap < 0.05
+
+
+def _thresholds(iso, k):
+    return iso.X_thresholds_[k], iso.y_thresholds_[k]
+
+
+def logit(p):
+    return np.log(p) - np.log1p(-p)
