@@ -247,7 +247,13 @@ class IsotonicCalibration(BaseCalibrator):
                 proba, self._map(0, confidence), masked, predicted
             )
         else:
-            calibrated = np.column_stack(
-                [self._map(k, log_odds[:, k]) for k in range(proba.shape[1])]
-            )
+            # A constant map (a class absent from the calibration labels) is
+            # its value everywhere: filled at once rather than interpolated
+            # column by column (50,000 classes, most of them absent).
+            values = self.y_thresholds_
+            constant = np.array([v[0] == v[-1] for v in values], dtype=bool)
+            calibrated = np.empty_like(log_odds)
+            calibrated[:, constant] = [values[k][0] for k in np.flatnonzero(constant)]
+            for k in np.flatnonzero(~constant):
+                calibrated[:, k] = self._map(k, log_odds[:, k])
         return finish_one_vs_rest(calibrated, proba, masked)
