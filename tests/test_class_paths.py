@@ -85,6 +85,8 @@ CLASS_MODULES = {
 # What skops.io.load must be told to trust: the estimators, and the scorer
 # class and metric functions a fitted CalibratorSelector holds.
 SKOPS_TRUSTED = [
+    # the metric of "neg_log_loss": scikit-learn's, for its number (issue 25)
+    "sklearn.metrics._classification.log_loss",
     "sklearn_calib._binning.histogram.HistogramBinning",
     "sklearn_calib._binning.isotonic.IsotonicCalibration",
     "sklearn_calib._binning.spline.SplineCalibration",

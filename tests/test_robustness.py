@@ -327,13 +327,38 @@ def test_property_simplex_and_consistency(cls, X, seed):
     assert np.all(np.isfinite(proba)) and np.all(proba >= 0)
     np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-9)
     np.testing.assert_allclose(np.exp(calibrator.transform(X)), proba, atol=1e-12)
+    # predict is the argmax of predict_proba (ties to the first column).
+    np.testing.assert_array_equal(
+        calibrator.predict(X), calibrator.classes_[proba.argmax(axis=1)]
+    )
     if getattr(calibrator, "_preserves_argmax", False):
-        # Ties may break either way; where the maximum is unique it must stay.
+        # Where the logits' maximum is unique, no other class may get a
+        # strictly larger probability. A tie is allowed: a gap the map shrinks
+        # below the float64 spacing of the probabilities rounds away (ensemble
+        # temperature scaling at T = 9,167 with weight 1e-6 on the scaled part
+        # turns logits (0, 1e-6, 0) into three equal probabilities).
         top2 = np.sort(X, axis=1)[:, -2:]
         unique = top2[:, 1] - top2[:, 0] > 1e-9 * np.maximum(1, np.abs(top2[:, 1]))
-        np.testing.assert_array_equal(
-            proba.argmax(axis=1)[unique], X.argmax(axis=1)[unique]
-        )
+        kept = proba[np.arange(n), X.argmax(axis=1)] == proba.max(axis=1)
+        np.testing.assert_array_equal(kept[unique], True)
+
+
+def test_ensemble_temperature_rounding_ties_keep_the_argmax_tied():
+    # The draw that failed the argmax check above (issue 25): nearly constant
+    # logits give T = 9,167 and weight 1e-6 on the scaled component, so the
+    # 1e-6 lead of class 1 in row 0 leaves a 4e-17 lead in probability, below
+    # the float64 spacing at 1/3: a tie, never a reversal, and predict is the
+    # argmax of predict_proba.
+    from sklearn_calib import EnsembleTemperatureScaling
+
+    X = np.zeros((12, 3))
+    X[0, 1], X[1, 1] = 1e-6, -33.0
+    y = np.array([0, 1, 2, 2, 1, 0, 1, 1, 0, 0, 2, 1])
+    ets = EnsembleTemperatureScaling(device="cpu").fit(X, y)
+    assert ets.temperature_ > 1e3 and ets.weights_[0] < 1e-5
+    proba = ets.predict_proba(X)
+    assert proba[0, 1] == proba[0].max() == proba[0, 0]
+    np.testing.assert_array_equal(ets.predict(X), proba.argmax(axis=1))
 
 
 @pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
@@ -352,3 +377,140 @@ def test_property_integer_weights_equal_repetition(cls, seed):
     np.testing.assert_allclose(
         weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-5, atol=1e-6
     )
+
+
+# --- weights, label types, dtypes and chunkings drawn together (issue 25) ---
+
+# Fits that read weights as numbers of samples (the methods guide says so);
+# every other calibrator must fit c * w as w.
+SCALE_DEPENDENT = {"PlattScaling", "VennAbersCalibration"}
+# A chunked fit against the in-memory one: temperature scaling to 1e-10 in T,
+# vector and Platt scaling to their solver tolerance, histogram binning bin
+# for bin; SMART trains by mini-batches (only one chunk is the full batch),
+# so only its output is checked. A calibrator not listed is held to 1e-5.
+CHUNKED_ATOL = {
+    "TemperatureScaling": 1e-7,
+    "VectorScaling": 2e-5,
+    "PlattScaling": 2e-5,
+    "HistogramBinning": 1e-9,
+    "SMART": None,
+}
+LABEL_KINDS = ["int", "int32", "float", "str", "object", "offset"]
+
+
+def _labels(codes, kind, n_classes):
+    """Labels of ``kind`` whose sorted order is the order of the codes."""
+    names = np.array(["ant", "bee", "cat", "dog", "eel"])[:n_classes]
+    return {
+        "int": lambda: codes,
+        "int32": lambda: codes.astype(np.int32),
+        "float": lambda: codes.astype(np.float64),
+        "str": lambda: names[codes],
+        "object": lambda: names[codes].astype(object),
+        "offset": lambda: 3 * codes + 5,
+    }[kind]()
+
+
+@st.composite
+def hostile_cases(draw, binary_only, chunked, scale_free):
+    n_classes = 2 if binary_only else draw(st.integers(2, 4))
+    n_samples = draw(st.integers(40, 160))
+    weights = draw(st.sampled_from(["none", "scalar", "uniform", "counts", "spread"]))
+    exponent = draw(st.integers(-990, 990)) if scale_free else 0
+    cuts = None
+    if chunked and draw(st.booleans()):
+        cuts = sorted(
+            draw(st.lists(st.integers(1, n_samples - 1), max_size=4, unique=True))
+        )
+    return {
+        "seed": draw(st.integers(0, 2**16)),
+        "n_classes": n_classes,
+        "n_samples": n_samples,
+        "labels": draw(st.sampled_from(LABEL_KINDS)),
+        "dtype": draw(st.sampled_from([np.float64, np.float32])),
+        "weights": weights,
+        "scale": 2.0**exponent,
+        "cuts": cuts,
+    }
+
+
+def _weights(kind, n_samples, n_classes, rng):
+    """Base weights (None for unit) of a kind; the first rows keep every class."""
+    if kind in ("none", "scalar"):
+        return None
+    weights = {
+        "uniform": lambda: rng.uniform(0.5, 2.0, n_samples),
+        "counts": lambda: rng.integers(0, 4, n_samples).astype(np.float64),
+        "spread": lambda: 10.0 ** rng.uniform(-3, 3, n_samples),
+    }[kind]()
+    weights[:n_classes] = np.maximum(weights[:n_classes], 1.0)
+    return weights
+
+
+@pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=st.data())
+def test_property_weights_labels_dtypes_and_chunks(cls, data):
+    """One fit of drawn labels, weights, dtype and chunks against a plain fit.
+
+    The reference fits the same logits (same dtype) with integer codes and
+    the unscaled weights, in memory. The drawn fit changes what must not
+    matter: the type of the labels (ints of another width, integral floats,
+    strings, objects, labels that are not column indices), the scale of the
+    weights (a power of two from 2^-990 to 2^990, scalar or array: the fit is
+    the same, exactly, where the scale is free) and, for the calibrators
+    with a chunked fit, random chunk boundaries.
+    """
+    from sklearn_calib.chunked import fits_from_chunks
+
+    name = cls.__name__
+    calibrator = make_fast(cls)
+    chunked = fits_from_chunks(calibrator)
+    case = data.draw(
+        hostile_cases(is_binary_only(calibrator), chunked, name not in SCALE_DEPENDENT)
+    )
+    k, n = case["n_classes"], case["n_samples"]
+    X, codes = make_logits(n_samples=n, n_classes=k, seed=case["seed"])
+    codes[:k] = np.arange(k)  # every class present
+    X = X.astype(case["dtype"])
+    rng = np.random.default_rng(case["seed"])
+    base = _weights(case["weights"], n, k, rng)
+    if case["weights"] == "scalar":
+        weights = case["scale"]
+    elif base is None:
+        weights = None
+    else:
+        weights = base * case["scale"]
+    labels = _labels(codes, case["labels"], k)
+    classes = np.unique(labels)
+
+    reference = make_fast(cls).fit(X, codes, sample_weight=base)
+    expected = reference.predict_proba(X)
+    fitted = make_fast(cls)
+    if case["labels"] == "offset" and "classes" in fitted.get_params():
+        fitted.set_params(classes=classes)
+    if case["cuts"] is not None:
+        bounds = [0, *case["cuts"], n]
+        full = np.broadcast_to(1.0 if weights is None else weights, (n,))
+        chunks = [
+            (X[a:b], labels[a:b], np.array(full[a:b]))
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
+        fitted.fit_chunks(chunks)
+        atol = CHUNKED_ATOL.get(name, 1e-5)
+        if case["dtype"] == np.float32 and atol is not None:
+            atol = max(atol, 2e-5)
+    else:
+        fitted.fit(X, labels, sample_weight=weights)
+        atol = 1e-12
+
+    np.testing.assert_array_equal(fitted.classes_, classes)
+    proba = fitted.predict_proba(X)
+    assert proba.shape == (n, k)
+    assert np.all(np.isfinite(proba)) and np.all(proba >= 0)
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0, rtol=1e-5)
+    predicted = fitted.predict(X)
+    assert predicted.dtype == classes.dtype
+    np.testing.assert_array_equal(predicted, classes[proba.argmax(axis=1)])
+    if atol is not None:
+        np.testing.assert_allclose(proba, expected, rtol=0, atol=atol)

@@ -255,3 +255,33 @@ def test_scorer_on_a_plain_sklearn_classifier():
             target, model.predict_proba(features), labels=model.classes_
         )
     )
+
+
+def test_neg_log_loss_is_scikit_learns_number_on_float32_probabilities():
+    # Issue 25, item 16: histogram binning on the bundled CIFAR-100 set gives
+    # float32 probabilities of 1e-12 (its floor) for some true classes, which
+    # scikit-learn clips at the float32 precision and the library's log_loss
+    # at the float64 one: the scorer that shares scikit-learn's name gives
+    # scikit-learn's number; the function keeps its own (documented) clip.
+    from sklearn.metrics import log_loss as sklearn_log_loss
+
+    from sklearn_calib import HistogramBinning
+    from sklearn_calib.datasets import load_logits
+
+    data = load_logits("c100_densenetbc100_netcal")
+    model = HistogramBinning().fit(data.logits_val, data.y_val)
+    X, y = data.logits_test, data.y_test
+    proba = model.predict_proba(X)
+    assert proba.dtype == np.float32
+    true_class = proba[np.arange(len(y)), y]
+    assert np.any(true_class < np.finfo(np.float32).eps)
+    ours = get_scorer("neg_log_loss")(model, X, y)
+    assert ours == sklearn_get_scorer("neg_log_loss")(model, X, y)
+    assert ours == -sklearn_log_loss(y, proba)
+    clipped = np.clip(true_class.astype(np.float64), np.finfo(np.float32).eps, None)
+    assert ours == pytest.approx(np.mean(np.log(clipped)), rel=1e-6)
+    # The library's function clips at 2.2e-16: a larger loss on these data.
+    assert log_loss(y, proba) > -ours + 0.5
+    assert log_loss(y, proba.astype(np.float64)) == pytest.approx(
+        sklearn_log_loss(y, proba.astype(np.float64)), rel=1e-12
+    )

@@ -26,25 +26,57 @@ from .one_vs_rest import (
 )
 
 
+def _constant_fit(scores, targets):
+    """The thresholds of the isotonic fit of constant targets, else ``(None, None)``.
+
+    ``scores`` and ``targets`` are those of the samples of positive weight
+    (the only ones :class:`~sklearn.isotonic.IsotonicRegression` keeps). When
+    every target is the same (a class absent from the calibration labels: all
+    0), the fit is that constant, and scikit-learn keeps the smallest and the
+    largest score as thresholds (one when they are equal): the same arrays,
+    without a regression per class (a vocabulary of 50,000 classes of which a
+    calibration set holds a few hundred).
+    """
+    first = targets[0]
+    if np.any(targets != first):
+        return None, None
+    low, high = scores.min(), scores.max()
+    x = np.array([low], dtype=np.float64) if low == high else np.array([low, high])
+    return x.astype(np.float64), np.full(x.shape, float(first))
+
+
 class IsotonicCalibration(BaseCalibrator):
     """Isotonic regression of the softmax probabilities (Zadrozny & Elkan 2002).
 
-    A non-decreasing step function (linearly interpolated between its
-    thresholds, as :class:`sklearn.isotonic.IsotonicRegression` predicts) is
-    fitted by the pool adjacent violators algorithm to the 0/1 outcome, either
-    per class (one-vs-rest, then rows renormalised) or on the top-label
-    confidence. Inputs outside the fitted range are clipped to its ends.
+    A non-decreasing map is fitted by the pool adjacent violators algorithm
+    to the 0/1 outcome, either per class (one-vs-rest, then rows
+    renormalised) or on the top-label confidence, as a function of the
+    log-odds ``log(p_k / (1 - p_k)) = z_k - logsumexp_{j != k} z_j`` of the
+    probabilities (computed stably from the logits). Inputs outside the
+    fitted range are clipped to its ends.
 
-    The maps take the log-odds ``log(p_k / (1 - p_k)) = z_k - logsumexp_{j !=
-    k} z_j`` of the probabilities as input, computed stably from the logits.
-    They order the samples as the probabilities do, so the isotonic fit is the
-    same, but they do not saturate: float64 probabilities round to 1.0 once a
-    logit leads the others by about 36.7, which would tie (and pool) samples
-    that the logits still rank. For a single score column ``s`` (the logits
-    ``(0, s)``) the log-odds of the positive class are ``s`` itself, so the
-    map is :class:`~sklearn.isotonic.IsotonicRegression` on the scores, as in
+    The log-odds order the samples as the probabilities do, so (where no two
+    samples' probabilities round to the same float64) the pooled blocks and
+    the fitted values are those of :class:`sklearn.isotonic.IsotonicRegression`
+    fitted on the probabilities, and the thresholds are the log-odds of its
+    thresholds. Two things differ from scikit-learn's isotonic calibration of
+    the probabilities:
+
+    - between two thresholds the map is linear in the log-odds, where
+      scikit-learn's is linear in the probability, so at a score between
+      thresholds the two differ (in a class's map at the test scores with
+      ``p_k < 0.5`` of the bundled sets: up to 2.2e-3 on CIFAR-10, 2.0e-2 on
+      CIFAR-100); at the thresholds, and outside the fitted range, they
+      agree;
+    - the log-odds do not saturate: float64 probabilities round to 1.0 once
+      a logit leads the others by about 36.7, which would tie (and pool)
+      samples that the logits still rank.
+
+    For a single score column ``s`` (the logits ``(0, s)``) the log-odds of
+    the positive class are ``s`` itself, so the map is
+    :class:`~sklearn.isotonic.IsotonicRegression` on the scores, as in
     :class:`~sklearn.calibration.CalibratedClassifierCV` with
-    ``method="isotonic"``.
+    ``method="isotonic"`` on a ``decision_function``.
 
     Isotonic regression is flexible and needs a large calibration set; it may
     change the argmax, through ties of the step function and through the
@@ -94,8 +126,11 @@ class IsotonicCalibration(BaseCalibrator):
 
     - tied calibration scores are pooled first, their targets averaged with
       their weights, and get one fitted value;
-    - between two thresholds the map is linear; scores below the smallest or
-      above the largest calibration score take the value at that end;
+    - between two thresholds ``x_j < x_{j+1}`` (log-odds) the map is linear
+      in the log-odds, ``y_j + (s - x_j) (y_{j+1} - y_j) / (x_{j+1} - x_j)``
+      (:func:`numpy.interp`), not in the probability; scores below the
+      smallest or above the largest calibration score take the value at that
+      end;
     - only the thresholds are kept (``X_thresholds_``, ``y_thresholds_``), so
       the fitted calibrator is small and pickles without scikit-learn
       estimators inside.
@@ -152,17 +187,21 @@ class IsotonicCalibration(BaseCalibrator):
         )
         self.X_thresholds_, self.y_thresholds_ = [], []
         for scores, targets, weights in problems:
-            if not np.any(weights > 0):  # masked in every calibration row
+            counted = weights > 0
+            if not np.any(counted):  # masked in every calibration row
                 # No data, no correction: the identity on the probability,
                 # as a function of the log-odds (interpolated within 1e-4).
                 grid = np.linspace(-40.0, 40.0, 801)
                 self.X_thresholds_.append(grid)
                 self.y_thresholds_.append(expit(grid))
                 continue
-            iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
-            iso.fit(scores, targets, sample_weight=weights)
-            self.X_thresholds_.append(iso.X_thresholds_)
-            self.y_thresholds_.append(iso.y_thresholds_)
+            x, values = _constant_fit(scores[counted], targets[counted])
+            if x is None:
+                iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
+                iso.fit(scores, targets, sample_weight=weights)
+                x, values = iso.X_thresholds_, iso.y_thresholds_
+            self.X_thresholds_.append(x)
+            self.y_thresholds_.append(values)
 
     def _check_fitted_state(self):
         super()._check_fitted_state()
@@ -208,7 +247,13 @@ class IsotonicCalibration(BaseCalibrator):
                 proba, self._map(0, confidence), masked, predicted
             )
         else:
-            calibrated = np.column_stack(
-                [self._map(k, log_odds[:, k]) for k in range(proba.shape[1])]
-            )
+            # A constant map (a class absent from the calibration labels) is
+            # its value everywhere: filled at once rather than interpolated
+            # column by column (50,000 classes, most of them absent).
+            values = self.y_thresholds_
+            constant = np.array([v[0] == v[-1] for v in values], dtype=bool)
+            calibrated = np.empty_like(log_odds)
+            calibrated[:, constant] = [values[k][0] for k in np.flatnonzero(constant)]
+            for k in np.flatnonzero(~constant):
+                calibrated[:, k] = self._map(k, log_odds[:, k])
         return finish_one_vs_rest(calibrated, proba, masked)

@@ -103,9 +103,28 @@ def _open(path, logits_key, y_key, progress, weight_key="sample_weight"):
         raise CommandError(f"{path}: cannot be read ({first_line(exc)})") from exc
 
 
+def _refuse_split_folders(path, part, option):
+    """Refuse a folder holding the ``val/`` and ``test/`` folders of ``report``.
+
+    ``fit`` and ``apply`` read one folder of chunks; say which one to give
+    rather than that nothing was found.
+    """
+    path = Path(path)
+    parts = [p for p in ("val", "test") if (path / p).is_dir()]
+    if parts and not _is_zarr(path):
+        folders = " and ".join(f"{p}/" for p in parts)
+        raise CommandError(
+            f"{path}: holds the folder{'s' if len(parts) > 1 else ''} {folders} "
+            f"(the two splits report reads), no chunks of its own; give the "
+            f"folder of one split, e.g. {option} {path / part}"
+        )
+
+
 def open_fit_data(path, progress=None):
     """Labelled chunks to fit on: ``logits`` with labels, else the val split."""
     names = array_names(path)
+    if not names:
+        _refuse_split_folders(path, "val", "--logits")
     refuse_both(names, path, "logits", "logits_val", "logits to fit on")
     if "logits_val" in names:
         if "y_val" not in names:
@@ -125,6 +144,8 @@ def open_fit_data(path, progress=None):
 def open_apply_data(path, progress=None):
     """Chunks of logits to calibrate: ``logits``, else ``logits_test``."""
     names = array_names(path)
+    if not names:
+        _refuse_split_folders(path, "test", "--logits")
     refuse_both(names, path, "logits", "logits_test", "logits to calibrate")
     for key in ("logits", "logits_test"):
         if key in names:

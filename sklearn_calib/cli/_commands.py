@@ -305,6 +305,12 @@ def run_report(args, out=None):
         evaluation = "fit on val, scored on test"
         y_eval, logits_eval = y_codes["test"], splits["test"].logits
     else:
+        n_val = splits["val"].logits.shape[0]
+        if args.cv > n_val:
+            raise CommandError(
+                f"--cv {args.cv} asks for more folds than {source} has samples "
+                f"({n_val}); give at most --cv {n_val}"
+            )
         evaluation = f"{args.cv}-fold cross-validation (out-of-fold predictions)"
         y_eval, logits_eval = y_codes["val"], splits["val"].logits
 

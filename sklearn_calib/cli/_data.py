@@ -164,9 +164,16 @@ def read_splits(path, labels_path=None, *, need_labels=True):
         if labels is not None:
             y, where = labels, str(labels_path)
         if y is None and need_labels:
+            table = Path(path).suffix.lower() in (".csv", ".parquet")
             raise CommandError(
                 f"{path}: no labels; give --labels FILE or store them under "
                 f"the key or column {' / '.join(LABEL_KEYS)}"
+                + (
+                    " (a table's label column is named label, labels or y in "
+                    "its header row)"
+                    if table
+                    else ""
+                )
             )
         if y is not None:
             y = as_labels(y, where, logits.shape[0])

@@ -17,7 +17,9 @@ replace an input file, nor an existing file unless ``--overwrite`` is given.
 
 import contextlib
 import os
+import re
 import tempfile
+import warnings
 import zipfile
 import zlib
 from collections.abc import Mapping
@@ -143,14 +145,20 @@ def read_pt(path):
     """The tensors of a .pt file, loaded with ``weights_only=True``."""
     from .._torch._files import load_weights_only
 
-    try:
-        content = load_weights_only(path)
-    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
-        raise CommandError(
-            f"{path}: cannot be read with torch.load(weights_only=True), which "
-            f"refuses arbitrary Python objects ({type(exc).__name__}: "
-            f"{first_line(exc)[:120]})"
-        ) from exc
+    # torch warns while it reads (a pickle protocol it did not write, ...):
+    # held back, so that a refused file gives one line that names the
+    # problem, and shown after a load that succeeds.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            content = load_weights_only(path)
+        except Exception as exc:  # torch raises UnpicklingError, RuntimeError, ...
+            raise CommandError(
+                f"{path}: cannot be read with torch.load(weights_only=True), "
+                f"which refuses arbitrary Python objects: {_pt_refusal(exc)}"
+            ) from exc
+    for w in caught:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
     def to_array(value, key):
         if is_torch_tensor(value) or isinstance(value, np.ndarray):
@@ -168,6 +176,30 @@ def read_pt(path):
             "y": to_array(content[1], "item 1"),
         }
     return {"logits": to_array(content, "the content")}
+
+
+def _pt_refusal(exc):
+    """What torch refused in a ``.pt`` file, in one short phrase.
+
+    torch's message is several lines of advice (with terminal escape codes);
+    the problem is one of them: the global it does not allow, or a pickle
+    opcode it does not know (a file not written by ``torch.save``).
+    """
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    if found:
+        return (
+            f"it needs {found.group(1)}, which torch does not allow (store "
+            "tensors, numbers, strings and containers of them; a numpy array "
+            "as torch.from_numpy(array))"
+        )
+    found = re.search(r"Unsupported operand (\d+)", text)
+    if found:
+        return (
+            f"pickle opcode {found.group(1)} is not allowed; the file was not "
+            "written by torch.save (a plain pickle, or not a pickle at all)"
+        )
+    return f"{type(exc).__name__}: {' '.join(text.split())[:300]}"
 
 
 def read_table(path):
@@ -206,10 +238,48 @@ def label_column(frame, path):
     return _named_column(frame, LABEL_KEYS, path, "label column")
 
 
+def _is_number_not_name(name):
+    """Whether a column name reads as data: a number, but not a plain count.
+
+    ``0``, ``1``, ``2`` name columns (the classes, as ``apply`` writes them);
+    ``-0.4213`` or ``2.5e-3`` are values of a first data row that was read as
+    the header.
+    """
+    text = str(name).strip()
+    if text.isdigit():
+        return False
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def check_table_shape(frame, path):
+    """Refuse a CSV without a header row, and a table without data rows."""
+    if path.suffix.lower() == ".csv":
+        numbers = [str(c) for c in frame.columns if _is_number_not_name(c)]
+        if numbers:
+            shown = ", ".join(numbers[:3]) + (", ..." if len(numbers) > 3 else "")
+            raise CommandError(
+                f"{path}: the first row holds numbers ({shown}), not column "
+                "names; a CSV file needs a header row naming its columns (the "
+                "logit columns, and 'label' or 'y' for the labels), e.g. "
+                "a,b,c,label"
+            )
+    if frame.shape[0] == 0:
+        raise CommandError(
+            f"{path}: no data rows (the columns "
+            f"{', '.join(repr(str(c)) for c in frame.columns[:5])}"
+            f"{', ...' if frame.shape[1] > 5 else ''} hold no values)"
+        )
+
+
 def frame_to_arrays(frame, path):
     """Split a table into logit columns, an optional label and split column."""
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
+    check_table_shape(frame, path)
     labels = label_column(frame, path)
     split_column = _named_column(frame, ("split",), path, "split column")
     logit_columns = [c for c in frame.columns if c not in (labels, split_column)]

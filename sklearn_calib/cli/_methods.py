@@ -50,9 +50,13 @@ def resolve_method(name):
 
 
 def select_methods(spec):
-    """``(name, class)`` pairs named by ``--methods A,B`` (all when empty)."""
+    """``(name, class)`` pairs named by ``--methods A,B`` (all when not given).
+
+    A given but empty ``--methods ""`` names no method: refused, as a list of
+    commas is (running every method would answer another question).
+    """
     classes = calibrator_classes()
-    if not spec:
+    if spec is None:
         return sorted(classes.items())
     chosen = []
     for name in spec.split(","):
@@ -63,7 +67,11 @@ def select_methods(spec):
         if (cls.__name__, cls) not in chosen:
             chosen.append((cls.__name__, cls))
     if not chosen:
-        raise CommandError("--methods names no method")
+        raise CommandError(
+            f"--methods {spec!r} names no method; give comma-separated names "
+            "(e.g. TemperatureScaling,VectorScaling), or leave --methods out to "
+            "run every method"
+        )
     return chosen
 
 

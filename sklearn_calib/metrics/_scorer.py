@@ -5,7 +5,11 @@ Each scorer is built by :func:`sklearn.metrics.make_scorer` with
 ``neg_<metric>``, except where that name is a scikit-learn scorer with another
 definition: the multiclass Brier score (twice scikit-learn's ``brier_score_loss``
 for a binary problem) is ``neg_multiclass_brier_score``, and
-``"neg_brier_score"`` stays scikit-learn's. It also hands the fitted
+``"neg_brier_score"`` stays scikit-learn's; and where the library's metric
+of a scikit-learn name gives another number, the scorer computes
+scikit-learn's: ``"neg_log_loss"`` scores with :func:`sklearn.metrics.log_loss`
+(which clips float32 probabilities at ``1.2e-7``, where the library's
+``log_loss`` clips at ``2.2e-16``). It also hands the fitted
 estimator's ``classes_`` to the metric as ``labels``, so string labels and test
 folds that miss a class are scored against the right columns.
 
@@ -26,6 +30,7 @@ import copy
 
 from sklearn.metrics import get_scorer as _sklearn_get_scorer
 from sklearn.metrics import get_scorer_names as _sklearn_get_scorer_names
+from sklearn.metrics import log_loss as sklearn_log_loss
 from sklearn.metrics import make_scorer
 
 from ..utils._compat import _Scorer
@@ -37,7 +42,7 @@ from ._calibration import (
     rms_calibration_error,
 )
 from ._debiased import debiased_calibration_error
-from ._proper import brier_score, log_loss
+from ._proper import brier_score
 from ._selective import aurc, excess_aurc
 from ._sets import (
     mean_set_size,
@@ -143,12 +148,19 @@ the same value; for two, this one is twice scikit-learn's. Pass the object
 scikit-learn does not know the name.
 """
 
-neg_log_loss = _calibration_scorer(log_loss)
-"""Scorer of :func:`log_loss`, negated; the same values as scikit-learn's.
+neg_log_loss = _calibration_scorer(sklearn_log_loss)
+"""scikit-learn's log loss, negated: the number of scikit-learn's ``"neg_log_loss"``.
 
-scikit-learn knows ``"neg_log_loss"`` too and gives the same values; this
-one also passes the estimator's ``classes_`` as ``labels``, so a test fold
-that lacks a class is still scored.
+scikit-learn knows the name, so this scorer computes its number: it scores
+with :func:`sklearn.metrics.log_loss`, which clips probabilities at the
+precision of their dtype (``1.2e-7`` for float32, ``2.2e-16`` for float64)
+and sums the losses in that dtype.
+The library's :func:`log_loss` clips at ``2.2e-16`` whatever the dtype, so on
+float32 probabilities with a true-class probability below ``1.2e-7`` (a
+binning calibrator's floor, a confident mistake) the function gives the
+larger, unclipped loss and this scorer scikit-learn's; on float64 they agree.
+Unlike scikit-learn's scorer it passes the estimator's ``classes_`` as
+``labels``, so a test fold that lacks a class is still scored.
 """
 
 # Selective prediction: the area under the risk-coverage curve of predict_proba.
@@ -245,8 +257,9 @@ def get_scorer(scoring):
     ``scoring=get_scorers()`` for all of them.
 
     No name here means something else than in scikit-learn: ``"neg_log_loss"``
-    is :func:`log_loss` (the same values as scikit-learn's, with the
-    estimator's ``classes_`` passed as ``labels``), ``"neg_brier_score"`` is
+    scores with scikit-learn's :func:`~sklearn.metrics.log_loss` (its values,
+    with the estimator's ``classes_`` passed as ``labels``; the library's
+    :func:`log_loss` clips float32 probabilities lower), ``"neg_brier_score"`` is
     scikit-learn's own scorer of ``brier_score_loss``, and this library's
     multiclass :func:`brier_score` (twice ``brier_score_loss`` for a binary
     problem) is ``"neg_multiclass_brier_score"``.

@@ -47,9 +47,12 @@ def _scorer_types():
     by its name (a wrapper made at import time) is left out: skops would
     load another function in its place.
     """
+    from ..metrics._proper import log_loss
     from ..metrics._scorer import SCORERS
 
-    names = set()
+    # The library's log_loss was the metric of "neg_log_loss" until that
+    # scorer took scikit-learn's (its number): files written before hold it.
+    names = {_qualified_name(log_loss)}
     for scorer in SCORERS.values():
         names.add(_qualified_name(type(scorer)))
         func = getattr(scorer, "_score_func", None)

@@ -499,3 +499,130 @@ def test_top_label_rows_without_mass_elsewhere_share_it_among_open_classes(calib
     np.testing.assert_allclose(proba[0, 1:], (1 - confidence) / 3)
     np.testing.assert_allclose(proba[1], [confidence, *[(1 - confidence) / 2] * 2, 0])
     np.testing.assert_array_equal(proba[2], [1.0, 0.0, 0.0, 0.0])
+
+
+# --- classes absent from the calibration labels -----------------------------------
+
+
+def test_absent_classes_match_a_regression_per_class():
+    # 200 columns, labels from 12 of them: the other 188 maps (constant 0 in
+    # scikit-learn's fit) are set in closed form, not regressed one by one.
+    # Some entries are masked and some weights are zero (a class whose only
+    # samples have weight zero is absent too); every map's thresholds and the
+    # probabilities must be those of an IsotonicRegression per class.
+    rng = np.random.default_rng(5)
+    n_samples, n_classes = 120, 200
+    X = rng.normal(scale=3.0, size=(n_samples, n_classes))
+    y = rng.choice([0, 3, 7, 11, 40, 41, 42, 99, 150, 151, 198, 199], size=n_samples)
+    X[np.arange(n_samples), y] += 4.0
+    masked = rng.random(X.shape) < 0.05
+    masked[np.arange(n_samples), y] = False
+    X[masked] = -np.inf
+    weights = rng.uniform(0.5, 2.0, size=n_samples)
+    weights[y == 41] = 0.0  # present in the labels, absent from the fit
+    weights[rng.random(n_samples) < 0.1] = 0.0
+    iso = IsotonicCalibration(classes=np.arange(n_classes))
+    iso.fit(X, y, sample_weight=weights)
+    # The library's log-odds (checked against scipy's above), so that the
+    # thresholds can be compared exactly.
+    lo = softmax_log_odds(X)
+    X_new = rng.normal(scale=3.0, size=(50, n_classes))
+    lo_new = softmax_log_odds(X_new)
+    expected = np.empty_like(X_new)
+    n_constant = 0
+    for k in range(n_classes):
+        rows = ~masked[:, k]
+        reference = sklearn_isotonic(lo[rows, k], y[rows] == k, weights[rows])
+        np.testing.assert_array_equal(iso.X_thresholds_[k], reference.X_thresholds_)
+        if np.all(reference.y_thresholds_ == 0):  # absent: the closed form
+            n_constant += 1
+            np.testing.assert_array_equal(iso.y_thresholds_[k], 0.0)
+            assert iso.y_thresholds_[k].dtype == reference.y_thresholds_.dtype
+        else:  # weights divided by their maximum: the last digit may move
+            np.testing.assert_allclose(
+                iso.y_thresholds_[k], reference.y_thresholds_, rtol=1e-13
+            )
+        expected[:, k] = reference.predict(lo_new[:, k])
+    assert n_constant >= n_classes - 11
+    expected = np.maximum(expected, 1e-12)
+    expected /= expected.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(
+        iso.predict_proba(X_new), expected, rtol=1e-10, atol=1e-12
+    )
+
+
+def test_top_label_always_right_is_the_constant_fit_of_scikit_learn():
+    # Every calibration prediction correct: the top-label targets are all 1
+    # (the closed form's other constant), with one tie to a single threshold.
+    X, y = make_logits(n_samples=200, n_classes=3, seed=8)
+    y = X.argmax(axis=1)
+    for rows in (slice(None), [0, 0]):
+        iso = IsotonicCalibration(mode="top_label", classes=[0, 1, 2])
+        iso.fit(X[rows], y[rows])
+        confidence = softmax_log_odds(X[rows]).max(axis=1)
+        reference = sklearn_isotonic(confidence, np.ones(len(confidence)))
+        np.testing.assert_array_equal(iso.X_thresholds_[0], reference.X_thresholds_)
+        np.testing.assert_array_equal(iso.y_thresholds_[0], reference.y_thresholds_)
+
+
+# --- what the maps are between thresholds (issue 25, item 17b) ---------------------
+
+
+def test_isotonic_is_scikit_learns_at_the_thresholds_and_linear_in_log_odds_between():
+    # The maps regress on the log-odds of the probabilities: with no two
+    # samples' probabilities rounding together (no saturation here), the
+    # pooled blocks and fitted values are scikit-learn's isotonic regression
+    # of the probabilities, the thresholds are the log-odds of its
+    # thresholds, and between two thresholds the map interpolates linearly in
+    # the log-odds, not in the probability as IsotonicRegression does.
+    X, y = make_logits(n_samples=1000, n_classes=3, overconfidence=1.5, seed=12)
+    weights = np.random.default_rng(2).uniform(0.5, 2.0, size=len(y))
+    iso = IsotonicCalibration().fit(X, y, sample_weight=weights)
+    P = softmax(X, axis=1)
+    assert P.max() < 1 - 1e-9
+    X_new, _ = make_logits(n_samples=2000, n_classes=3, overconfidence=1.5, seed=13)
+    P_new = softmax(X_new, axis=1)
+    in_log_odds, in_probability = [], []
+    for k in range(3):
+        reference = sklearn_isotonic(P[:, k], y == k, weights)
+        np.testing.assert_allclose(
+            iso.y_thresholds_[k], reference.y_thresholds_, rtol=1e-12, atol=1e-15
+        )
+        np.testing.assert_allclose(
+            iso.X_thresholds_[k], logit(reference.X_thresholds_), rtol=1e-9
+        )
+        # At the thresholds the two maps agree.
+        np.testing.assert_allclose(
+            np.interp(logit(reference.X_thresholds_), *_thresholds(iso, k)),
+            reference.predict(reference.X_thresholds_),
+            rtol=1e-9,
+            atol=1e-12,
+        )
+        # Between them: scikit-learn's values, joined by straight lines in
+        # the log-odds.
+        in_log_odds.append(
+            np.interp(
+                logit(P_new[:, k]),
+                logit(reference.X_thresholds_),
+                reference.y_thresholds_,
+            )
+        )
+        in_probability.append(reference.predict(P_new[:, k]))
+
+    def renormalised(columns):
+        q = np.maximum(np.column_stack(columns), 1e-12)
+        return q / q.sum(axis=1, keepdims=True)
+
+    proba = iso.predict_proba(X_new)
+    np.testing.assert_allclose(proba, renormalised(in_log_odds), rtol=1e-9, atol=1e-12)
+    # ... which is not IsotonicRegression's linear interpolation in p.
+    gap = np.abs(proba - renormalised(in_probability)).max()
+    assert 1e-4 < gap < 0.05
+
+
+def _thresholds(iso, k):
+    return iso.X_thresholds_[k], iso.y_thresholds_[k]
+
+
+def logit(p):
+    return np.log(p) - np.log1p(-p)

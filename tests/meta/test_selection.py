@@ -99,8 +99,15 @@ def test_scores_and_winner_match_cross_val_score_on_real_logits(scoring, n_candi
             np.testing.assert_allclose(
                 results[f"split{s}_test_score"][c], expected[c, s], rtol=rtol
             )
-    np.testing.assert_allclose(results["mean_test_score"], expected.mean(axis=1))
-    np.testing.assert_allclose(results["std_test_score"], expected.std(axis=1))
+    # The means to the loosest per-split tolerance: scikit-learn's log loss
+    # (the number of "neg_log_loss") sums float32 probabilities in float32.
+    rtol = 1e-6 if any(warm) else 1e-7
+    np.testing.assert_allclose(
+        results["mean_test_score"], expected.mean(axis=1), rtol=rtol
+    )
+    np.testing.assert_allclose(
+        results["std_test_score"], expected.std(axis=1), rtol=rtol
+    )
     winner = int(np.argmax(expected.mean(axis=1)))
     assert selector.best_index_ == winner
     assert results["rank_test_score"][winner] == 1
