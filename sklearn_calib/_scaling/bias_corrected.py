@@ -93,21 +93,6 @@ def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
     return loss, grad, hess
 
 
-def _free_basis(free):
-    """Orthonormal basis of the directions that keep the mean free bias fixed.
-
-    Columns over ``(beta, b_free)``: ``beta`` itself, and the ``F - 1``
-    contrasts of the free biases (sum zero).
-    """
-    n_free = int(free.sum())
-    contrast = np.eye(n_free) - 1.0 / n_free
-    q, _ = np.linalg.qr(contrast[:, : n_free - 1])
-    basis = np.zeros((1 + n_free, n_free))
-    basis[0, 0] = 1.0
-    basis[1:, 1:] = q
-    return basis
-
-
 def bcts_hessp(logits, weights, beta, bias, vector, *, mask=None):
     """Hessian-vector product of the BCTS NLL (one pass, no K x K matrix)."""
     n, k = logits.shape
