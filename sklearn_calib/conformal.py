@@ -224,6 +224,23 @@ class _SortedScores:
         return float(self.scores[min(index, len(self.scores) - 1)])
 
 
+def calibrator_input_tags(tags, calibrator):
+    """``tags`` of an estimator reading ``X`` as logits or handing it to ``calibrator``.
+
+    With ``calibrator=None`` the logits may not hold NaN; otherwise the
+    calibrator's input tags (sparse, NaN) and multi-class tag are the
+    estimator's. Returns ``tags``, updated in place.
+    """
+    if calibrator is None:
+        tags.input_tags.allow_nan = False
+    else:
+        inner = get_tags(calibrator)
+        tags.input_tags.sparse = inner.input_tags.sparse
+        tags.input_tags.allow_nan = inner.input_tags.allow_nan
+        tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
+    return tags
+
+
 def _minimum_samples(confidence_level):
     """Fewest unit-weight samples that give a finite quantile."""
     return math.ceil(confidence_level / (1.0 - confidence_level) * (1 - _LEVEL_RTOL))
@@ -949,15 +966,9 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 )
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
+        tags = calibrator_input_tags(super().__sklearn_tags__(), self.calibrator)
         if self.calibrator is None:
             tags.input_tags.two_d_array = True
-            tags.input_tags.allow_nan = False
-        else:
-            inner = get_tags(self.calibrator)
-            tags.input_tags.sparse = inner.input_tags.sparse
-            tags.input_tags.allow_nan = inner.input_tags.allow_nan
-            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
         return tags
 
 
@@ -1479,12 +1490,4 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
         return self.conformal_.predict(X)
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        if self.calibrator is None:
-            tags.input_tags.allow_nan = False
-        else:
-            inner = get_tags(self.calibrator)
-            tags.input_tags.sparse = inner.input_tags.sparse
-            tags.input_tags.allow_nan = inner.input_tags.allow_nan
-            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
-        return tags
+        return calibrator_input_tags(super().__sklearn_tags__(), self.calibrator)

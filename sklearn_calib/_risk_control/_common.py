@@ -15,10 +15,10 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import train_test_split
-from sklearn.utils import get_tags, indexable
+from sklearn.utils import indexable
 from sklearn.utils.validation import assert_all_finite, column_or_1d
 
-from ..conformal import _masked_softmax
+from ..conformal import _masked_softmax, calibrator_input_tags
 from ..utils._compat import (
     HasMethods,
     Interval,
@@ -161,15 +161,7 @@ class DecisionEstimator(ClassifierMixin, BaseEstimator):
         return self._probabilities(X)
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        if self.calibrator is None:
-            tags.input_tags.allow_nan = False
-        else:
-            inner = get_tags(self.calibrator)
-            tags.input_tags.sparse = inner.input_tags.sparse
-            tags.input_tags.allow_nan = inner.input_tags.allow_nan
-            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
-        return tags
+        return calibrator_input_tags(super().__sklearn_tags__(), self.calibrator)
 
 
 def _stratify(y, train_fraction):
