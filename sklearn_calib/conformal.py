@@ -84,6 +84,17 @@ def _masked_softmax(logits):
     return proba, (masked if masked.any() else None)
 
 
+def masked_softmax(logits, *, dtype=np.float64):
+    """:func:`_masked_softmax` of validated logits, block by block, in ``dtype``.
+
+    The float64 work stays within one block of rows; ``-inf`` gives 0.
+    """
+    out = np.empty(logits.shape, dtype=dtype)
+    for rows in row_blocks(*logits.shape):
+        out[rows] = _masked_softmax(logits[rows])[0]
+    return out
+
+
 def _masked_columns(X, shape):
     """Where logits ``X`` handed to a calibrator mask a class (``-inf``), or None.
 
@@ -768,10 +779,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if self.calibrator_ is not None:
             return self.calibrator_.predict_proba(X)
         logits = self._check_logits(X, reset=False)
-        out = np.empty(logits.shape, dtype=logits.dtype)
-        for rows in row_blocks(*logits.shape):
-            out[rows] = _masked_softmax(logits[rows])[0]
-        return out
+        return masked_softmax(logits, dtype=logits.dtype)
 
     def predict(self, X):
         """Most probable class (the point prediction beside the set).
