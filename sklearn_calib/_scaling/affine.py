@@ -23,6 +23,7 @@ from ..utils._math import log_softmax
 from ..utils._validation import (
     check_device,
     check_true_class_unmasked,
+    keep_masked,
     mask_of,
     weight_scale,
 )
@@ -412,9 +413,7 @@ class VectorScaling(AffineCalibrator):
             logits = np.where(mask, 0, logits)
         out = logits.astype(work, copy=False) * self.coef_.astype(work)
         out += self.intercept_.astype(work)
-        if mask is not None:
-            out[mask] = -np.inf
-        return out.astype(dtype, copy=False)
+        return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -652,9 +651,7 @@ class MatrixScaling(AffineCalibrator):
         work = _parameter_dtype(dtype, self.coef_, self.intercept_, *wider)
         features = features.astype(work, copy=False)
         out = features @ self.coef_.T.astype(work) + self.intercept_.astype(work)
-        if mask is not None:
-            out[mask] = -np.inf
-        return out.astype(dtype, copy=False)
+        return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.

@@ -36,7 +36,7 @@ from ..base import BaseCalibrator
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_array, check_state_float, check_state_int
 from ..utils._math import row_blocks
-from ..utils._validation import check_true_class_unmasked, mask_of
+from ..utils._validation import check_true_class_unmasked, keep_masked, mask_of
 from .affine import SEPARATED_LOSS
 from .temperature import TemperatureScaling
 
@@ -438,9 +438,7 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
         if mask is not None:
             logits = np.where(mask, 0, logits)
         out = logits.astype(np.float64) / self.temperature_ + self.intercept_
-        if mask is not None:
-            out[mask] = -np.inf
-        return out.astype(dtype, copy=False)
+        return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
