@@ -364,10 +364,6 @@ def encode_chunk(X, y, w, label_codes, dtype, unit=1.0):
     return logits, codes, weights
 
 
-def _encoded_call(X, y, w, *, func, label_codes, dtype, unit=1.0):
-    return func(*encode_chunk(X, y, w, label_codes, dtype, unit))
-
-
 def _counted_call(X, y, w, *, func, label_codes, dtype, unit):
     logits, codes, weights = encode_chunk(X, y, w, label_codes, dtype, unit)
     return func(logits, codes, weights), logits.shape[0], float(weights.sum())
