@@ -26,6 +26,7 @@ search, started from the exact temperature-scaling solution (``b = 0``),
 which it contains: the calibration NLL is never above temperature scaling's.
 """
 
+import functools
 import warnings
 from numbers import Integral, Real
 
@@ -35,7 +36,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..base import BaseCalibrator
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_array, check_state_float, check_state_int
-from ..utils._math import row_blocks
+from ..utils._math import armijo_step, row_blocks
 from ..utils._validation import check_true_class_unmasked, keep_masked, mask_of
 from .affine import SEPARATED_LOSS
 from .temperature import TemperatureScaling
@@ -130,6 +131,12 @@ def _free_basis(free):
     return basis
 
 
+def _trial(evaluate, theta, direction, t):
+    """``(loss, theta)`` at ``theta + t * direction`` (a line search trial)."""
+    candidate = theta + t * direction
+    return evaluate(candidate, hessian=False)[0], candidate
+
+
 def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     """Minimise the BCTS NLL by Newton's method from ``(beta0, 0)``.
 
@@ -190,17 +197,17 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
         if -slope <= noise:
             status = "converged" if projected <= max(tol, 1e-6) else "stalled"
             break
-        t = 1.0
-        for _ in range(_LINE_SEARCH_TRIES):
-            candidate = theta + t * direction
-            new_loss, _, _ = evaluate(candidate, hessian=False)
-            if np.isfinite(new_loss) and new_loss <= loss + 1e-4 * t * slope + noise:
-                break
-            t *= 0.5
-        else:
+        accepted = armijo_step(
+            functools.partial(_trial, evaluate, theta, direction),
+            loss,
+            slope,
+            slack=noise,
+            max_halvings=_LINE_SEARCH_TRIES,
+        )
+        if accepted is None:
             status = "stalled"
             break
-        theta = candidate
+        theta = accepted[1][1]
         loss, grad, hess = evaluate(theta)
         reduced = basis.T @ grad[index]
     return {
