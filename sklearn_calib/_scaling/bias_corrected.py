@@ -48,6 +48,18 @@ _MAX_CLASSES = 1024
 _LINE_SEARCH_TRIES = 60
 
 
+def _mapped_blocks(logits, beta, bias, mask):
+    """``(rows, z, f)`` per block of rows: the float64 logits ``z`` (0 where
+    masked) and their map ``f = beta z + bias`` (``-inf`` where masked)."""
+    n, k = logits.shape
+    for rows in row_blocks(n, k, max_elements=2**16):
+        z = np.asarray(logits[rows], dtype=np.float64)
+        m = None if mask is None else mask[rows]
+        if m is not None:
+            z = np.where(m, 0.0, z)
+        yield rows, z, keep_masked(beta * z + bias, m)
+
+
 def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
     """Loss, gradient and Hessian of the BCTS NLL at ``(beta, bias)``.
 
@@ -57,20 +69,13 @@ def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
     (K + 1, K + 1) or None. Everything is accumulated in float64, block by
     block of rows; the sums are what a fit over chunks would add.
     """
-    n, k = logits.shape
+    k = logits.shape[1]
     loss = 0.0
     grad = np.zeros(k + 1)
     hess = np.zeros((k + 1, k + 1)) if hessian else None
-    for rows in row_blocks(n, k, max_elements=2**16):
-        z = np.asarray(logits[rows], dtype=np.float64)
-        m = None if mask is None else mask[rows]
-        if m is not None:
-            z = np.where(m, 0.0, z)
+    for rows, z, f in _mapped_blocks(logits, beta, bias, mask):
         w = weights[rows]
         yb = y[rows]
-        f = beta * z + bias
-        if m is not None:
-            f[m] = -np.inf
         top = f.max(axis=1, keepdims=True)
         e = np.exp(f - top)
         s = e.sum(axis=1, keepdims=True)
@@ -96,16 +101,8 @@ def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
 
 def bcts_hessp(logits, weights, beta, bias, vector, *, mask=None):
     """Hessian-vector product of the BCTS NLL (one pass, no K x K matrix)."""
-    n, k = logits.shape
-    out = np.zeros(k + 1)
-    for rows in row_blocks(n, k, max_elements=2**16):
-        z = np.asarray(logits[rows], dtype=np.float64)
-        m = None if mask is None else mask[rows]
-        if m is not None:
-            z = np.where(m, 0.0, z)
-        f = beta * z + bias
-        if m is not None:
-            f[m] = -np.inf
+    out = np.zeros(logits.shape[1] + 1)
+    for rows, z, f in _mapped_blocks(logits, beta, bias, mask):
         q = np.exp(f - f.max(axis=1, keepdims=True))
         q /= q.sum(axis=1, keepdims=True)
         change = vector[0] * z + vector[1:]
