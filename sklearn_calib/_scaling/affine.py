@@ -26,6 +26,7 @@ from ..utils._validation import (
     keep_masked,
     mask_of,
     weight_scale,
+    zero_masked,
 )
 from .temperature import (
     fit_temperature_chunks,
@@ -369,7 +370,7 @@ class VectorScaling(AffineCalibrator):
 
     def _fit(self, logits, y, sample_weight):
         mask = mask_of(logits)
-        features = logits if mask is None else np.where(mask, 0, logits)
+        features = zero_masked(logits, mask)
         result = self._solve(features, y, sample_weight, "vector", mask=mask)
         self.coef_ = result.coef
         self.intercept_ = result.intercept
@@ -409,8 +410,7 @@ class VectorScaling(AffineCalibrator):
         dtype = logits.dtype
         work = _parameter_dtype(dtype, self.coef_, self.intercept_)
         mask = mask_of(logits)
-        if mask is not None:
-            logits = np.where(mask, 0, logits)
+        logits = zero_masked(logits, mask)
         out = logits.astype(work, copy=False) * self.coef_.astype(work)
         out += self.intercept_.astype(work)
         return keep_masked(out, mask).astype(dtype, copy=False)

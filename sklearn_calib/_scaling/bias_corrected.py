@@ -37,7 +37,12 @@ from ..base import BaseCalibrator
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_array, check_state_float, check_state_int
 from ..utils._math import armijo_step, row_blocks
-from ..utils._validation import check_true_class_unmasked, keep_masked, mask_of
+from ..utils._validation import (
+    check_true_class_unmasked,
+    keep_masked,
+    mask_of,
+    zero_masked,
+)
 from .affine import SEPARATED_LOSS
 from .temperature import TemperatureScaling
 
@@ -55,8 +60,7 @@ def _mapped_blocks(logits, beta, bias, mask):
     for rows in row_blocks(n, k, max_elements=2**16):
         z = np.asarray(logits[rows], dtype=np.float64)
         m = None if mask is None else mask[rows]
-        if m is not None:
-            z = np.where(m, 0.0, z)
+        z = zero_masked(z, m)
         yield rows, z, keep_masked(beta * z + bias, m)
 
 
@@ -439,8 +443,7 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         mask = mask_of(logits)
-        if mask is not None:
-            logits = np.where(mask, 0, logits)
+        logits = zero_masked(logits, mask)
         out = logits.astype(np.float64) / self.temperature_ + self.intercept_
         return keep_masked(out, mask).astype(dtype, copy=False)
 

@@ -14,7 +14,7 @@ import numpy as np
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_float, fail_state, get_state
 from ..utils._math import log_softmax, scale_logits
-from ..utils._validation import keep_masked
+from ..utils._validation import keep_masked, zero_masked
 from .affine import AffineCalibrator, mask_of, mixing_inputs
 from .temperature import TemperatureScaling
 
@@ -90,7 +90,7 @@ class _StructuredScaling(AffineCalibrator):
         features = features.astype(logits.dtype, copy=False)
         if self._kind == "matrix":
             return mixing_inputs(features, mask)
-        return features if mask is None else np.where(mask, 0.0, features)
+        return zero_masked(features, mask)
 
     def _fit(self, logits, y, sample_weight):
         from .._torch._affine_objective import Penalty

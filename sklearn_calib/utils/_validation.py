@@ -236,6 +236,16 @@ def mask_of(logits):
     return np.isneginf(logits)
 
 
+def zero_masked(logits, mask):
+    """``logits`` with 0 at the masked entries, the input of a scaling map.
+
+    ``-inf`` times a scale could give ``+inf`` or NaN; a finite stand-in keeps
+    the map finite, and :func:`keep_masked` restores ``-inf`` after it.
+    ``mask`` is :func:`mask_of` the logits (None: ``logits`` itself).
+    """
+    return logits if mask is None else np.where(mask, 0, logits)
+
+
 def keep_masked(out, mask):
     """``out`` (a map of the logits) with the masked entries ``-inf`` again.
 
