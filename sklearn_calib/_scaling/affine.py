@@ -1027,6 +1027,9 @@ class PlattScaling(AffineCalibrator):
             data.reduce,
             prepare,
             2,
+            # As in memory, the start is the temperature fit of the two
+            # logits (z_0, z_1): the optimum on the ray a (0, s), c = 0.
+            beta=fit_temperature_chunks(data).beta,
             frozen=absent | separable,
             hold_bias_mean=not separable.any(),
             max_iter=self.max_iter,

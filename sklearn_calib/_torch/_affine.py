@@ -730,10 +730,11 @@ def fit_affine_chunks(
         the problem's rows (see :mod:`sklearn_calib._torch._affine_chunks`).
     n_classes : int
         Columns of the prepared features.
-    beta : float or None
-        The start's inverse temperature; None solves the temperature ray over
-        the chunks first (as ``fit_affine`` does in memory, on features taken
-        as they are: no power-of-two rescaling).
+    beta : float
+        The start's inverse temperature: theta = (beta, 0) for every class
+        (``fit_affine`` starts in memory on the temperature ray's optimum;
+        vector scaling over chunks passes the chunked temperature fit's).
+        Features are taken as they come: no power-of-two rescaling.
     frozen : bool array (n_classes,) or None
         Classes kept at the start (no finite optimum; see ``fit_affine``),
         with ``hold_bias_mean`` as in ``AffineObjective.freeze``.
@@ -746,10 +747,6 @@ def fit_affine_chunks(
     from ._affine_chunks import ChunkedAffineObjective
 
     objective = ChunkedAffineObjective(reduce, prepare, n_classes)
-    start_iterations = 0
-    if beta is None:
-        lo, hi = _BETA_RANGE
-        beta, _, start_iterations = _ray_newton(objective, 1.0, lo, hi, None, 1e-12)
     theta = torch.zeros(objective.shape, dtype=torch.float64)
     theta[:, 0] = beta
     frozen = None if frozen is None else torch.as_tensor(frozen, dtype=torch.bool)
@@ -757,12 +754,13 @@ def fit_affine_chunks(
     if solve:
         objective.freeze(frozen, hold_bias_mean=hold_bias_mean)
     n_free = n_classes if objective.free is None else int(objective.free.numel())
-    newton = 2 * n_free <= _NEWTON_PARAMS
+    newton = solve and 2 * n_free <= _NEWTON_PARAMS
+    objective.with_hessian = newton
     loss, grad, curv = objective.evaluate(theta, curvature=not newton)
     grad_norm = float(grad.abs().max())
     if not (math.isfinite(loss) and math.isfinite(grad_norm)):
         raise FloatingPointError("non-finite loss or gradient at the start")
-    solver_name, status, n_iter, decrement = "none", "converged", start_iterations, 0.0
+    solver_name, status, n_iter, decrement = "none", "converged", 0, 0.0
     if solve:
         solver_name = "newton" if newton else "lbfgs"
         precondition = None

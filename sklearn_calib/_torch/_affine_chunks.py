@@ -29,7 +29,7 @@ from ._affine_objective import AffineConstraints, AffineObjective, Penalty
 _GRADIENT = "gradient"
 _CURVATURE = "curvature"
 _HESSIAN = "hessian"
-_RAY = "ray"
+_GRADIENT_HESSIAN = "gradient_hessian"
 
 
 def _chunk_objective(prepared):
@@ -59,8 +59,8 @@ def affine_chunk_sums(
     """``[W, W * (the objective's means of one chunk)]``, W its total weight.
 
     ``what``: "gradient" (loss, gradient), "curvature" (and the 2 x 2 class
-    blocks), "hessian" (the Hessian over the classes not ``frozen``) or "ray"
-    (the derivatives along the temperature ray at ``beta``).
+    blocks), "hessian" (the Hessian over the classes not ``frozen``),
+    or "gradient_hessian" (loss, gradient and that Hessian).
     """
     prepared = prepare(logits, codes, weights)
     size = _sizes(n_classes, what, frozen)
@@ -70,9 +70,7 @@ def affine_chunk_sums(
         return out
     objective = _chunk_objective(prepared)
     out[0] = total
-    if what == _RAY:
-        out[1:] = objective.ray_derivatives(beta)
-    elif what == _HESSIAN:
+    if what == _HESSIAN:
         objective.freeze(None if frozen is None else torch.from_numpy(frozen))
         out[1:] = objective.hessian(torch.from_numpy(theta)).reshape(-1).numpy()
     else:
@@ -83,16 +81,20 @@ def affine_chunk_sums(
         out[2 : 2 + grad.numel()] = grad.reshape(-1).numpy()
         if curv is not None:
             out[2 + grad.numel() :] = curv.reshape(-1).numpy()
+        if what == _GRADIENT_HESSIAN:
+            objective.freeze(None if frozen is None else torch.from_numpy(frozen))
+            hessian = objective.hessian(torch.from_numpy(theta))
+            out[2 + grad.numel() :] = hessian.reshape(-1).numpy()
     out[1:] *= total
     return out
 
 
 def _sizes(n_classes, what, frozen):
-    if what == _RAY:
-        return 2
+    n_free = n_classes if frozen is None else int((~frozen).sum())
     if what == _HESSIAN:
-        n_free = n_classes if frozen is None else int((~frozen).sum())
         return (2 * n_free) ** 2
+    if what == _GRADIENT_HESSIAN:
+        return 1 + 2 * n_classes + (2 * n_free) ** 2
     return 1 + 2 * n_classes + (3 * n_classes if what == _CURVATURE else 0)
 
 
@@ -108,13 +110,19 @@ class ChunkedAffineObjective(AffineConstraints):
         A chunk to the problem's rows (see the module docstring).
     n_classes : int
         Columns of the prepared features.
+    with_hessian : bool
+        Newton's passes: every evaluation also sums the Hessian, which
+        ``hessian`` then returns for the same point without another pass
+        (a Newton step needs both at the point the line search accepted).
     """
 
     kind = "vector"
     dtype = torch.float64
 
-    def __init__(self, reduce, prepare, n_classes):
+    def __init__(self, reduce, prepare, n_classes, with_hessian=False):
         self.reduce = reduce
+        self.with_hessian = with_hessian
+        self._last_hessian = None
         self.prepare = prepare
         self.n_classes = n_classes
         self.shape = (n_classes, 2)
@@ -143,9 +151,15 @@ class ChunkedAffineObjective(AffineConstraints):
         self.n_evals += 1
         curvature = curvature or self.track_curvature
         k = self.n_classes
-        sums = self._pass(
-            _CURVATURE if curvature else _GRADIENT, theta=theta.cpu().numpy()
-        )
+        if self.with_hessian and not curvature:
+            sums = self._pass(
+                _GRADIENT_HESSIAN, theta=theta.cpu().numpy(), frozen=self._frozen()
+            )
+            self._last_hessian = (theta.clone(), self._square(sums[1 + 2 * k :]))
+        else:
+            sums = self._pass(
+                _CURVATURE if curvature else _GRADIENT, theta=theta.cpu().numpy()
+            )
         grad = torch.from_numpy(sums[1 : 1 + 2 * k].reshape(k, 2).copy())
         curv = None
         if curvature:
@@ -155,12 +169,15 @@ class ChunkedAffineObjective(AffineConstraints):
 
     def hessian(self, theta):
         """The exact Hessian over the free classes, (F P, F P) in float64."""
-        frozen = None if self.frozen is None else self.frozen.cpu().numpy()
-        sums = self._pass(_HESSIAN, theta=theta.cpu().numpy(), frozen=frozen)
-        n = int(round(np.sqrt(sums.shape[0])))
-        return torch.from_numpy(sums.reshape(n, n).copy())
+        if self._last_hessian is not None and torch.equal(self._last_hessian[0], theta):
+            return self._last_hessian[1]
+        sums = self._pass(_HESSIAN, theta=theta.cpu().numpy(), frozen=self._frozen())
+        return self._square(sums)
 
-    def ray_derivatives(self, beta, rows=None):
-        """L'(beta), L''(beta) along theta = (beta * identity, 0), over every row."""
-        first, second = self._pass(_RAY, beta=beta)
-        return float(first), float(second)
+    def _frozen(self):
+        return None if self.frozen is None else self.frozen.cpu().numpy()
+
+    @staticmethod
+    def _square(flat):
+        n = int(round(np.sqrt(flat.shape[0])))
+        return torch.from_numpy(flat.reshape(n, n).copy())

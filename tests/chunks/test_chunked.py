@@ -693,16 +693,16 @@ def test_affine_chunked_fits_run_the_in_memory_solver(monkeypatch, name):
 def test_platt_separable_scores_from_chunks_equal_in_memory():
     # Hard targets on separated scores: no finite slope, so where a solve
     # stops on the ray is not defined (it follows the rounding of the loss).
-    # What is defined: both fits say so with the same warning, and both
-    # separate the calibration rows.
+    # What is defined: both fits find the separated class and say so with
+    # the same warning, and both separate the calibration rows.
     rng = np.random.default_rng(7)
     y = rng.integers(0, 2, size=400)
     score = np.where(y == 1, 1.0, -1.0) * (1.0 + rng.random(400))
     X = np.column_stack([np.zeros(400), score])
     params = {"device": "cpu", "smooth_targets": False}
-    with pytest.warns(UserWarning, match="separate the calibration samples"):
+    with pytest.warns(UserWarning, match="1 are separated from every other"):
         expected = PlattScaling(**params).fit(X, y)
-    with pytest.warns(UserWarning, match="separate the calibration samples"):
+    with pytest.warns(UserWarning, match="1 are separated from every other"):
         fitted = PlattScaling(**params).fit_chunks(random_chunks(X, y))
     for estimator in (expected, fitted):
         true_class = estimator.predict_proba(X)[np.arange(400), y]
