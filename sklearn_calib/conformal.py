@@ -84,6 +84,17 @@ def _masked_softmax(logits):
     return proba, (masked if masked.any() else None)
 
 
+def masked_softmax(logits, *, dtype=np.float64):
+    """:func:`_masked_softmax` of validated logits, block by block, in ``dtype``.
+
+    The float64 work stays within one block of rows; ``-inf`` gives 0.
+    """
+    out = np.empty(logits.shape, dtype=dtype)
+    for rows in row_blocks(*logits.shape):
+        out[rows] = _masked_softmax(logits[rows])[0]
+    return out
+
+
 def _masked_columns(X, shape):
     """Where logits ``X`` handed to a calibrator mask a class (``-inf``), or None.
 
@@ -222,6 +233,23 @@ class _SortedScores:
             return math.inf
         index = int(np.searchsorted(self.cum_weights, target, side="left"))
         return float(self.scores[min(index, len(self.scores) - 1)])
+
+
+def calibrator_input_tags(tags, calibrator):
+    """``tags`` of an estimator reading ``X`` as logits or handing it to ``calibrator``.
+
+    With ``calibrator=None`` the logits may not hold NaN; otherwise the
+    calibrator's input tags (sparse, NaN) and multi-class tag are the
+    estimator's. Returns ``tags``, updated in place.
+    """
+    if calibrator is None:
+        tags.input_tags.allow_nan = False
+    else:
+        inner = get_tags(calibrator)
+        tags.input_tags.sparse = inner.input_tags.sparse
+        tags.input_tags.allow_nan = inner.input_tags.allow_nan
+        tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
+    return tags
 
 
 def _minimum_samples(confidence_level):
@@ -751,10 +779,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if self.calibrator_ is not None:
             return self.calibrator_.predict_proba(X)
         logits = self._check_logits(X, reset=False)
-        out = np.empty(logits.shape, dtype=logits.dtype)
-        for rows in row_blocks(*logits.shape):
-            out[rows] = _masked_softmax(logits[rows])[0]
-        return out
+        return masked_softmax(logits, dtype=logits.dtype)
 
     def predict(self, X):
         """Most probable class (the point prediction beside the set).
@@ -949,15 +974,9 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 )
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
+        tags = calibrator_input_tags(super().__sklearn_tags__(), self.calibrator)
         if self.calibrator is None:
             tags.input_tags.two_d_array = True
-            tags.input_tags.allow_nan = False
-        else:
-            inner = get_tags(self.calibrator)
-            tags.input_tags.sparse = inner.input_tags.sparse
-            tags.input_tags.allow_nan = inner.input_tags.allow_nan
-            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
         return tags
 
 
@@ -1479,12 +1498,4 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
         return self.conformal_.predict(X)
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        if self.calibrator is None:
-            tags.input_tags.allow_nan = False
-        else:
-            inner = get_tags(self.calibrator)
-            tags.input_tags.sparse = inner.input_tags.sparse
-            tags.input_tags.allow_nan = inner.input_tags.allow_nan
-            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
-        return tags
+        return calibrator_input_tags(super().__sklearn_tags__(), self.calibrator)

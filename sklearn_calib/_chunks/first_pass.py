@@ -276,13 +276,7 @@ class ScannedChunks:
             for index in range(source.n_chunks):
                 yield self._dask_block(index)
         else:
-            n_samples, total = 0, 0.0
-            for chunk in source.chunks():
-                encoded = self.encode(*chunk)
-                n_samples += encoded[0].shape[0]
-                total += float(encoded[2].sum())
-                yield encoded
-            self.check_pass(n_samples, total)
+            yield from self._checked_pass()
 
     def shuffled_chunks(self, rng):
         """Encoded chunks without end, shuffled each epoch where the source allows.
@@ -297,13 +291,21 @@ class ScannedChunks:
                 for index in rng.permutation(source.n_chunks):
                     yield self._dask_block(index)
             else:
-                n_samples, total = 0, 0.0
-                for chunk in source.chunks():
-                    encoded = self.encode(*chunk)
-                    n_samples += encoded[0].shape[0]
-                    total += float(encoded[2].sum())
-                    yield encoded
-                self.check_pass(n_samples, total)
+                yield from self._checked_pass()
+
+    def _checked_pass(self):
+        """Every encoded chunk of the source's own iteration, once, in its order.
+
+        The rows and total weight read are checked against the first pass
+        (:meth:`check_pass`) once the iteration ends.
+        """
+        n_samples, total = 0, 0.0
+        for chunk in self.source.chunks():
+            encoded = self.encode(*chunk)
+            n_samples += encoded[0].shape[0]
+            total += float(encoded[2].sum())
+            yield encoded
+        self.check_pass(n_samples, total)
 
     def _dask_block(self, index):
         import dask

@@ -319,21 +319,14 @@ class SMART(BaseCalibrator):
             problem,
             coefs,
             intercepts,
-            loss=self.loss,
-            n_bins=self.n_bins,
-            sigma=self.sigma,
-            delta=self.delta,
+            **self._loss_options(),
             lr=self.lr,
             max_iter=self.max_iter,
             early_stopping=self.early_stopping,
             n_iter_no_change=self.n_iter_no_change,
             tol=self.tol,
         )
-        self.coefs_ = result.coefs
-        self.intercepts_ = result.intercepts
-        self.loss_curve_ = result.loss_curve
-        self.best_loss_ = result.best_loss
-        self.n_iter_ = result.n_iter
+        self._set_trained_state(result)
         if result.first_non_finite is not None:
             warnings.warn(
                 f"SMART's training loss became NaN or infinite at step "
@@ -392,24 +385,16 @@ class SMART(BaseCalibrator):
         coefs, intercepts = initial_parameters(
             hidden_sizes, seeded_generator(self.random_state)
         )
+        loss_options = self._loss_options()
         trainer = SmartMiniBatchTrainer(
             coefs,
             intercepts,
-            loss=self.loss,
-            n_bins=self.n_bins,
-            sigma=self.sigma,
-            delta=self.delta,
+            **loss_options,
             lr=self.lr,
             dtype=data.dtype,
             device=device,
         )
 
-        loss_options = {
-            "loss": self.loss,
-            "n_bins": self.n_bins,
-            "sigma": self.sigma,
-            "delta": self.delta,
-        }
         rng = check_random_state(self.random_state)
         order_rng = np.random.default_rng(rng.randint(2**31 - 1))
         # One torch thread for the whole training, as in memory: the per-chunk
@@ -483,6 +468,19 @@ class SMART(BaseCalibrator):
                     )
 
             fit = self._train_mini_batches(trainer, problems(), full_loss, n_chunks)
+        self._set_trained_state(fit)
+
+    def _loss_options(self):
+        """The training loss's parameters, as the torch kernels take them."""
+        return {
+            "loss": self.loss,
+            "n_bins": self.n_bins,
+            "sigma": self.sigma,
+            "delta": self.delta,
+        }
+
+    def _set_trained_state(self, fit):
+        """Store a training's result (full-batch or over chunks) as fitted state."""
         self.coefs_ = fit.coefs
         self.intercepts_ = fit.intercepts
         self.loss_curve_ = fit.loss_curve

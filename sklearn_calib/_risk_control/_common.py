@@ -15,10 +15,10 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, clone
 from sklearn.frozen import FrozenEstimator
 from sklearn.model_selection import train_test_split
-from sklearn.utils import get_tags, indexable
+from sklearn.utils import indexable
 from sklearn.utils.validation import assert_all_finite, column_or_1d
 
-from ..conformal import _masked_softmax
+from ..conformal import calibrator_input_tags, masked_softmax
 from ..utils._compat import (
     HasMethods,
     Interval,
@@ -26,7 +26,6 @@ from ..utils._compat import (
     _safe_indexing,
     check_is_fitted,
 )
-from ..utils._math import row_blocks
 from ..utils._validation import (
     check_logit_labels,
     check_logits,
@@ -36,14 +35,6 @@ from ..utils._validation import (
     resolve_classes,
     to_numpy,
 )
-
-
-def masked_softmax(logits):
-    """float64 softmax of validated logits, chunk by chunk; ``-inf`` gives 0."""
-    proba = np.empty(logits.shape, dtype=np.float64)
-    for rows in row_blocks(*logits.shape):
-        proba[rows] = _masked_softmax(logits[rows])[0]
-    return proba
 
 
 def check_labels(y):
@@ -161,15 +152,7 @@ class DecisionEstimator(ClassifierMixin, BaseEstimator):
         return self._probabilities(X)
 
     def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        if self.calibrator is None:
-            tags.input_tags.allow_nan = False
-        else:
-            inner = get_tags(self.calibrator)
-            tags.input_tags.sparse = inner.input_tags.sparse
-            tags.input_tags.allow_nan = inner.input_tags.allow_nan
-            tags.classifier_tags.multi_class = inner.classifier_tags.multi_class
-        return tags
+        return calibrator_input_tags(super().__sklearn_tags__(), self.calibrator)
 
 
 def _stratify(y, train_fraction):

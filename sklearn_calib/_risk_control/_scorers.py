@@ -10,7 +10,7 @@ estimator's ``abstain_label_`` (or its last pipeline step's), so they score a
 import numpy as np
 from sklearn.metrics import make_scorer
 
-from ..utils._compat import _Scorer
+from ..utils._compat import ScorerSubclass
 from ..utils._validation import to_numpy
 
 
@@ -98,14 +98,8 @@ def acceptance_rate(y_true, y_pred, *, abstain_label=-1, sample_weight=None):
     return float(weight[accepted].sum() / weight.sum())
 
 
-class _AbstentionScorer(_Scorer):
+class _AbstentionScorer(ScorerSubclass):
     """A ``make_scorer`` scorer that passes the estimator's abstention label."""
-
-    @classmethod
-    def from_scorer(cls, scorer):
-        new = cls.__new__(cls)
-        new.__dict__.update(vars(scorer))
-        return new
 
     def _score(self, method_caller, estimator, X, y_true, **kwargs):
         final = estimator

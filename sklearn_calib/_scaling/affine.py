@@ -23,8 +23,10 @@ from ..utils._math import log_softmax
 from ..utils._validation import (
     check_device,
     check_true_class_unmasked,
+    keep_masked,
     mask_of,
     weight_scale,
+    zero_masked,
 )
 from .temperature import (
     fit_temperature_chunks,
@@ -368,7 +370,7 @@ class VectorScaling(AffineCalibrator):
 
     def _fit(self, logits, y, sample_weight):
         mask = mask_of(logits)
-        features = logits if mask is None else np.where(mask, 0, logits)
+        features = zero_masked(logits, mask)
         result = self._solve(features, y, sample_weight, "vector", mask=mask)
         self.coef_ = result.coef
         self.intercept_ = result.intercept
@@ -408,13 +410,10 @@ class VectorScaling(AffineCalibrator):
         dtype = logits.dtype
         work = _parameter_dtype(dtype, self.coef_, self.intercept_)
         mask = mask_of(logits)
-        if mask is not None:
-            logits = np.where(mask, 0, logits)
+        logits = zero_masked(logits, mask)
         out = logits.astype(work, copy=False) * self.coef_.astype(work)
         out += self.intercept_.astype(work)
-        if mask is not None:
-            out[mask] = -np.inf
-        return out.astype(dtype, copy=False)
+        return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.
@@ -652,9 +651,7 @@ class MatrixScaling(AffineCalibrator):
         work = _parameter_dtype(dtype, self.coef_, self.intercept_, *wider)
         features = features.astype(work, copy=False)
         out = features @ self.coef_.T.astype(work) + self.intercept_.astype(work)
-        if mask is not None:
-            out[mask] = -np.inf
-        return out.astype(dtype, copy=False)
+        return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.

@@ -11,6 +11,7 @@ prediction: it carries no information about the map, is left out of the fit,
 and keeps its probability 0 for the masked class.
 """
 
+import functools
 import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -27,6 +28,7 @@ from ..utils._fitted_state import (
     check_state_int,
     fail_state,
 )
+from ..utils._math import armijo_step
 
 
 def binary_score(logits, name):
@@ -112,20 +114,17 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
         if not slope < 0:  # no descent direction left (a flat, saturated loss)
             status, n_iter = "stalled", iteration - 1
             break
-        t = 1.0
-        for _ in range(60):  # halving 60 times reaches t ~ 1e-18: bounded
-            new_theta = theta + t * step
-            new_loss, new_p, new_grad = _loss_grad(X, y, v, new_theta)
-            # Armijo, with room for float64 rounding of the loss near the optimum.
-            if new_loss <= loss + 1e-4 * t * slope + 8 * np.finfo(float).eps * abs(
-                loss
-            ):
-                break
-            t *= 0.5
-        else:
+        # Halving 60 times reaches t ~ 1e-18: bounded.
+        accepted = armijo_step(
+            functools.partial(_trial, X, y, v, theta, step),
+            loss,
+            slope,
+            slack=8 * np.finfo(float).eps * abs(loss),
+        )
+        if accepted is None:
             status, n_iter = "stalled", iteration - 1
             break
-        theta, loss, p, grad = new_theta, new_loss, new_p, new_grad
+        loss, p, grad, theta = accepted[1]
     else:
         if np.max(np.abs(grad)) <= tol:
             status = "converged"
@@ -134,6 +133,12 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
     return LogisticFit(
         coef, intercept, loss, n_iter, status, float(np.max(np.abs(grad)))
     )
+
+
+def _trial(X, y, v, theta, step, t):
+    """``(loss, p, grad, theta)`` at ``theta + t * step`` (a line search trial)."""
+    new_theta = theta + t * step
+    return (*_loss_grad(X, y, v, new_theta), new_theta)
 
 
 def _warn_if_unconverged(name, fit, tol, max_iter):

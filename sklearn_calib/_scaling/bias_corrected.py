@@ -26,6 +26,7 @@ search, started from the exact temperature-scaling solution (``b = 0``),
 which it contains: the calibration NLL is never above temperature scaling's.
 """
 
+import functools
 import warnings
 from numbers import Integral, Real
 
@@ -35,8 +36,13 @@ from sklearn.exceptions import ConvergenceWarning
 from ..base import BaseCalibrator
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_array, check_state_float, check_state_int
-from ..utils._math import row_blocks
-from ..utils._validation import check_true_class_unmasked, mask_of
+from ..utils._math import armijo_step, row_blocks
+from ..utils._validation import (
+    check_true_class_unmasked,
+    keep_masked,
+    mask_of,
+    zero_masked,
+)
 from .affine import SEPARATED_LOSS
 from .temperature import TemperatureScaling
 
@@ -45,6 +51,17 @@ from .temperature import TemperatureScaling
 _MAX_CLASSES = 1024
 # Backtracking halvings per Newton step.
 _LINE_SEARCH_TRIES = 60
+
+
+def _mapped_blocks(logits, beta, bias, mask):
+    """``(rows, z, f)`` per block of rows: the float64 logits ``z`` (0 where
+    masked) and their map ``f = beta z + bias`` (``-inf`` where masked)."""
+    n, k = logits.shape
+    for rows in row_blocks(n, k, max_elements=2**16):
+        z = np.asarray(logits[rows], dtype=np.float64)
+        m = None if mask is None else mask[rows]
+        z = zero_masked(z, m)
+        yield rows, z, keep_masked(beta * z + bias, m)
 
 
 def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
@@ -56,20 +73,13 @@ def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
     (K + 1, K + 1) or None. Everything is accumulated in float64, block by
     block of rows; the sums are what a fit over chunks would add.
     """
-    n, k = logits.shape
+    k = logits.shape[1]
     loss = 0.0
     grad = np.zeros(k + 1)
     hess = np.zeros((k + 1, k + 1)) if hessian else None
-    for rows in row_blocks(n, k, max_elements=2**16):
-        z = np.asarray(logits[rows], dtype=np.float64)
-        m = None if mask is None else mask[rows]
-        if m is not None:
-            z = np.where(m, 0.0, z)
+    for rows, z, f in _mapped_blocks(logits, beta, bias, mask):
         w = weights[rows]
         yb = y[rows]
-        f = beta * z + bias
-        if m is not None:
-            f[m] = -np.inf
         top = f.max(axis=1, keepdims=True)
         e = np.exp(f - top)
         s = e.sum(axis=1, keepdims=True)
@@ -93,33 +103,10 @@ def bcts_objective(logits, y, weights, beta, bias, *, mask=None, hessian=True):
     return loss, grad, hess
 
 
-def _free_basis(free):
-    """Orthonormal basis of the directions that keep the mean free bias fixed.
-
-    Columns over ``(beta, b_free)``: ``beta`` itself, and the ``F - 1``
-    contrasts of the free biases (sum zero).
-    """
-    n_free = int(free.sum())
-    contrast = np.eye(n_free) - 1.0 / n_free
-    q, _ = np.linalg.qr(contrast[:, : n_free - 1])
-    basis = np.zeros((1 + n_free, n_free))
-    basis[0, 0] = 1.0
-    basis[1:, 1:] = q
-    return basis
-
-
 def bcts_hessp(logits, weights, beta, bias, vector, *, mask=None):
     """Hessian-vector product of the BCTS NLL (one pass, no K x K matrix)."""
-    n, k = logits.shape
-    out = np.zeros(k + 1)
-    for rows in row_blocks(n, k, max_elements=2**16):
-        z = np.asarray(logits[rows], dtype=np.float64)
-        m = None if mask is None else mask[rows]
-        if m is not None:
-            z = np.where(m, 0.0, z)
-        f = beta * z + bias
-        if m is not None:
-            f[m] = -np.inf
+    out = np.zeros(logits.shape[1] + 1)
+    for rows, z, f in _mapped_blocks(logits, beta, bias, mask):
         q = np.exp(f - f.max(axis=1, keepdims=True))
         q /= q.sum(axis=1, keepdims=True)
         change = vector[0] * z + vector[1:]
@@ -143,6 +130,12 @@ def _free_basis(free):
     basis[0, 0] = 1.0
     basis[1:, 1:] = q
     return basis
+
+
+def _trial(evaluate, theta, direction, t):
+    """``(loss, theta)`` at ``theta + t * direction`` (a line search trial)."""
+    candidate = theta + t * direction
+    return evaluate(candidate, hessian=False)[0], candidate
 
 
 def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
@@ -205,17 +198,17 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
         if -slope <= noise:
             status = "converged" if projected <= max(tol, 1e-6) else "stalled"
             break
-        t = 1.0
-        for _ in range(_LINE_SEARCH_TRIES):
-            candidate = theta + t * direction
-            new_loss, _, _ = evaluate(candidate, hessian=False)
-            if np.isfinite(new_loss) and new_loss <= loss + 1e-4 * t * slope + noise:
-                break
-            t *= 0.5
-        else:
+        accepted = armijo_step(
+            functools.partial(_trial, evaluate, theta, direction),
+            loss,
+            slope,
+            slack=noise,
+            max_halvings=_LINE_SEARCH_TRIES,
+        )
+        if accepted is None:
             status = "stalled"
             break
-        theta = candidate
+        theta = accepted[1][1]
         loss, grad, hess = evaluate(theta)
         reduced = basis.T @ grad[index]
     return {
@@ -450,12 +443,9 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         mask = mask_of(logits)
-        if mask is not None:
-            logits = np.where(mask, 0, logits)
+        logits = zero_masked(logits, mask)
         out = logits.astype(np.float64) / self.temperature_ + self.intercept_
-        if mask is not None:
-            out[mask] = -np.inf
-        return out.astype(dtype, copy=False)
+        return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.

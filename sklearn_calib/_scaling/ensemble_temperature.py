@@ -5,6 +5,7 @@ solver; the three mix weights minimise a convex loss over the probability
 simplex, solved exactly by an active-set Newton method (three variables).
 """
 
+import functools
 import warnings
 from numbers import Integral, Real
 
@@ -19,7 +20,7 @@ from ..utils._fitted_state import (
     check_state_int,
     fail_state,
 )
-from ..utils._math import log_softmax, row_blocks, scale_logits
+from ..utils._math import armijo_step, log_softmax, row_blocks, scale_logits
 from .temperature import TemperatureScaling
 
 # The uniform component alone ties every class. Its weight is capped below 1
@@ -115,6 +116,16 @@ def _face_direction(g, H, free, support, *, newton):
     return d
 
 
+def _simplex_trial(objective, w, d, shrinking, limits, alpha_max, alpha):
+    """``(f, g, H, w)`` at ``w + alpha d``, kept on the simplex (a line search)."""
+    new_w = np.clip(w + alpha * d, 0.0, None)
+    if alpha == alpha_max:
+        # Land exactly on the face that blocked the step.
+        new_w[np.flatnonzero(shrinking)[np.argmin(limits)]] = 0.0
+    new_w /= new_w.sum()
+    return (*objective(new_w), new_w)
+
+
 def minimize_on_simplex(objective, w, *, tol, max_iter):
     """Minimise a smooth convex function over the probability simplex.
 
@@ -170,21 +181,19 @@ def minimize_on_simplex(objective, w, *, tol, max_iter):
         shrinking = d < 0
         limits = -w[shrinking] / d[shrinking]
         alpha_max = float(np.min(limits, initial=np.inf))
-        alpha = min(1.0, alpha_max)
-        for _ in range(60):  # bounded backtracking
-            new_w = np.clip(w + alpha * d, 0.0, None)
-            if alpha == alpha_max:
-                # Land exactly on the face that blocked the step.
-                new_w[np.flatnonzero(shrinking)[np.argmin(limits)]] = 0.0
-            new_w /= new_w.sum()
-            new_f, new_g, new_H = objective(new_w)
-            if new_f <= f + 1e-4 * alpha * slope + 8 * np.finfo(float).eps * abs(f):
-                break
-            alpha *= 0.5
-        else:
+        accepted = armijo_step(
+            functools.partial(
+                _simplex_trial, objective, w, d, shrinking, limits, alpha_max
+            ),
+            f,
+            slope,
+            slack=8 * np.finfo(float).eps * abs(f),
+            step=min(1.0, alpha_max),
+        )
+        if accepted is None:
             status, n_iter = "stalled", iteration - 1
             break
-        w, f, g, H = new_w, new_f, new_g, new_H
+        f, g, H, w = accepted[1]
     return w, f, n_iter, status, violation
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_float, fail_state, get_state
 from ..utils._math import log_softmax, scale_logits
+from ..utils._validation import keep_masked, zero_masked
 from .affine import AffineCalibrator, mask_of, mixing_inputs
 from .temperature import TemperatureScaling
 
@@ -46,9 +47,7 @@ def structured_features(logits, temperature, mix_weight, mask=None):
     with np.errstate(divide="ignore"):  # e = 0 leaves the temperature map
         uniform = np.log(mix_weight) - np.log(allowed)
     out = np.logaddexp(np.log1p(-mix_weight) + log_p, uniform)
-    if mask is not None:
-        out[mask] = -np.inf
-    return out
+    return keep_masked(out, mask)
 
 
 class _StructuredScaling(AffineCalibrator):
@@ -91,7 +90,7 @@ class _StructuredScaling(AffineCalibrator):
         features = features.astype(logits.dtype, copy=False)
         if self._kind == "matrix":
             return mixing_inputs(features, mask)
-        return features if mask is None else np.where(mask, 0.0, features)
+        return zero_masked(features, mask)
 
     def _fit(self, logits, y, sample_weight):
         from .._torch._affine_objective import Penalty
@@ -170,9 +169,7 @@ class _StructuredScaling(AffineCalibrator):
         else:
             out = features * self.coef_
         out += self.intercept_
-        if mask is not None:
-            out[mask] = -np.inf
-        return out.astype(dtype, copy=False)
+        return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.

@@ -51,6 +51,23 @@ def binary_as_two_logits(logits: torch.Tensor) -> torch.Tensor:
     return logits
 
 
+def _logits_and_mask(logits: torch.Tensor, in_float64: bool):
+    """The logits to map (float64 if ``in_float64``, a single score column s as
+    (0, s)) and their ``-inf`` (masked) entries."""
+    if in_float64:
+        logits = logits.to(torch.float64)
+    logits = binary_as_two_logits(logits)
+    return logits, torch.isneginf(logits)
+
+
+def _masked_log_softmax(
+    out: torch.Tensor, masked: torch.Tensor, dtype: torch.dtype
+) -> torch.Tensor:
+    """``log_softmax`` of the mapped logits, ``-inf`` where masked, in ``dtype``."""
+    out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
+    return out.to(dtype)
+
+
 def _beyond_float32(*values) -> bool:
     """Whether a fitted value lies beyond float32's range (float32 logits
     spread by 1e-40 fit scales near 1e40): the module then computes float32
@@ -81,16 +98,12 @@ class VectorScalingModule(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         dtype = logits.dtype
-        if self.in_float64:
-            logits = logits.to(torch.float64)
-        logits = binary_as_two_logits(logits)
-        masked = torch.isneginf(logits)
+        logits, masked = _logits_and_mask(logits, self.in_float64)
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
         # 0 stands in for -inf, whose product with a scale could be +inf or NaN.
         out = logits.masked_fill(masked, 0.0) * coef + intercept
-        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
-        return out.to(dtype)
+        return _masked_log_softmax(out, masked, dtype)
 
 
 class MatrixScalingModule(nn.Module):
@@ -116,10 +129,7 @@ class MatrixScalingModule(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         dtype = logits.dtype
-        if self.in_float64:
-            logits = logits.to(torch.float64)
-        logits = binary_as_two_logits(logits)
-        masked = torch.isneginf(logits)
+        logits, masked = _logits_and_mask(logits, self.in_float64)
         if self.log_probabilities:
             logits = torch.log_softmax(logits, dim=-1)
         lowest = logits.masked_fill(masked, float("inf")).amin(dim=-1, keepdim=True)
@@ -127,8 +137,7 @@ class MatrixScalingModule(nn.Module):
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
         out = inputs @ coef.T + intercept
-        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
-        return out.to(dtype)
+        return _masked_log_softmax(out, masked, dtype)
 
 
 class PlattModule(nn.Module):
@@ -159,8 +168,7 @@ class PlattModule(nn.Module):
         positive = score * self.coef.to(logits.dtype) + self.intercept.to(logits.dtype)
         out = torch.cat([torch.zeros_like(positive), positive], dim=-1)
         masked = torch.cat([negative_masked, positive_masked], dim=-1)
-        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
-        return out.to(dtype)
+        return _masked_log_softmax(out, masked, dtype)
 
 
 def _quarter_max(dtype: torch.dtype) -> float:
@@ -244,8 +252,7 @@ class StructuredScalingModule(nn.Module):
         else:
             inputs = features.masked_fill(masked, 0.0)
             out = inputs * self.coef + self.intercept
-        out = torch.log_softmax(out.masked_fill(masked, float("-inf")), dim=-1)
-        return out.to(dtype)
+        return _masked_log_softmax(out, masked, dtype)
 
 
 class BinaryFeatureModule(nn.Module):

@@ -386,21 +386,7 @@ def one_cpu_thread(device):
         torch.set_num_threads(previous)
 
 
-def fit_smart(
-    problem,
-    coefs,
-    intercepts,
-    *,
-    loss="charbonnier_soft_ece",
-    n_bins=15,
-    sigma=0.05,
-    delta=1e-3,
-    lr=5e-3,
-    max_iter=2000,
-    early_stopping=False,
-    n_iter_no_change=200,
-    tol=1e-4,
-):
+def fit_smart(problem, coefs, intercepts, **options):
     """Full-batch Adam on the SMART loss, keeping the best parameters seen.
 
     Adam is ``torch.optim.Adam``'s update (betas 0.9 and 0.999, eps 1e-8, no
@@ -409,22 +395,12 @@ def fit_smart(
     lowest loss are copied into a separate buffer and returned. With
     ``early_stopping``, training stops once ``n_iter_no_change`` consecutive
     steps bring no improvement larger than ``tol`` over the best loss.
+    ``options`` are the estimator's ``loss``, ``n_bins``, ``sigma``,
+    ``delta``, ``lr``, ``max_iter``, ``early_stopping``, ``n_iter_no_change``
+    and ``tol``, all required: the estimator alone holds their defaults.
     """
     with one_cpu_thread(problem.device):
-        return _fit_smart(
-            problem,
-            coefs,
-            intercepts,
-            loss=loss,
-            n_bins=n_bins,
-            sigma=sigma,
-            delta=delta,
-            lr=lr,
-            max_iter=max_iter,
-            early_stopping=early_stopping,
-            n_iter_no_change=n_iter_no_change,
-            tol=tol,
-        )
+        return _fit_smart(problem, coefs, intercepts, **options)
 
 
 def _fit_smart(

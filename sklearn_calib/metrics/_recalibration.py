@@ -106,6 +106,17 @@ def log_likelihood(eta, y, w):
     return float(np.dot(w, np.where(y, eta, 0.0)) - np.dot(w, softplus))
 
 
+def _information(X, w, mu):
+    """Fisher information ``X^T diag(w mu (1 - mu)) X`` at the means ``mu``."""
+    return (X * (w * mu * (1.0 - mu))[:, None]).T @ X
+
+
+def _score_and_information(X, y, w, eta):
+    """Gradient of :func:`log_likelihood` in the coefficients, and its information."""
+    mu = special.expit(eta)
+    return X.T @ (w * (y - mu)), _information(X, w, mu)
+
+
 class LogisticFit(NamedTuple):
     coef: np.ndarray
     loglik: float
@@ -125,9 +136,7 @@ def _newton(X, y, w, offset, beta):
     """
     for _ in range(_MAX_NEWTON):
         eta = offset + X @ beta
-        mu = special.expit(eta)
-        gradient = X.T @ (w * (y - mu))
-        hessian = (X * (w * mu * (1.0 - mu))[:, None]).T @ X
+        gradient, hessian = _score_and_information(X, y, w, eta)
         try:
             step = np.linalg.solve(hessian, gradient)
         except np.linalg.LinAlgError:
@@ -147,9 +156,7 @@ def _damped_newton(X, y, w, offset, beta):
     loglik = log_likelihood(eta, y, w)
     converged = False
     for _ in range(_MAX_NEWTON):
-        mu = special.expit(eta)
-        gradient = X.T @ (w * (y - mu))
-        hessian = (X * (w * mu * (1.0 - mu))[:, None]).T @ X
+        gradient, hessian = _score_and_information(X, y, w, eta)
         try:
             step = np.linalg.solve(hessian, gradient)
         except np.linalg.LinAlgError:
@@ -217,8 +224,7 @@ def fit_logistic(X, y, w, offset, start=None, covariance=True):
     residual = w * (y - mu)
     cov = np.zeros((n_params, n_params))
     if covariance and n_params:
-        hessian = (X * (w * mu * (1.0 - mu))[:, None]).T @ X
-        cov = np.linalg.pinv(hessian)
+        cov = np.linalg.pinv(_information(X, w, mu))
     return LogisticFit(beta, loglik, cov, residual)
 
 

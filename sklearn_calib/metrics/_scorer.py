@@ -33,7 +33,7 @@ from sklearn.metrics import get_scorer_names as _sklearn_get_scorer_names
 from sklearn.metrics import log_loss as sklearn_log_loss
 from sklearn.metrics import make_scorer
 
-from ..utils._compat import _Scorer
+from ..utils._compat import ScorerSubclass
 from ._calibration import (
     adaptive_calibration_error,
     classwise_calibration_error,
@@ -53,18 +53,12 @@ from ._sets import (
 from ._smooth import smooth_calibration_error
 
 
-class _ClassesScorer(_Scorer):
+class _ClassesScorer(ScorerSubclass):
     """A ``make_scorer`` scorer that passes ``estimator.classes_`` as ``labels``.
 
     ``predict_proba`` columns follow ``classes_``; without them a metric can
     only guess the column order from the labels present in ``y_true``.
     """
-
-    @classmethod
-    def from_scorer(cls, scorer):
-        new = cls.__new__(cls)
-        new.__dict__.update(vars(scorer))
-        return new
 
     def _score(self, method_caller, estimator, X, y_true, **kwargs):
         classes = getattr(estimator, "classes_", None)

@@ -27,6 +27,7 @@ __all__ = [
     "HasMethods",
     "Interval",
     "Options",
+    "ScorerSubclass",
     "StrOptions",
     "_Scorer",
     "_check_method_params",
@@ -39,3 +40,18 @@ __all__ = [
     "validate_data",
     "validate_params",
 ]
+
+
+class ScorerSubclass(_Scorer):
+    """Base of the package's scorers: a ``_Scorer`` with its own ``_score``.
+
+    :meth:`from_scorer` gives a scorer made by
+    :func:`sklearn.metrics.make_scorer` the subclass's type, keeping its
+    state (private to scikit-learn, hence here).
+    """
+
+    @classmethod
+    def from_scorer(cls, scorer):
+        new = cls.__new__(cls)
+        new.__dict__.update(vars(scorer))
+        return new

@@ -83,3 +83,22 @@ def row_blocks(n_rows, n_cols, *, max_elements=2**18):
     step = max(1, max_elements // max(1, n_cols))
     for start in range(0, n_rows, step):
         yield slice(start, min(start + step, n_rows))
+
+
+def armijo_step(trial, value, slope, *, slack, step=1.0, max_halvings=60):
+    """Backtracking line search of the package's Newton solvers (minimising).
+
+    Tries ``step``, ``step / 2``, ... until the objective at the trial is
+    finite and at most ``value + 1e-4 * t * slope + slack`` (Armijo's
+    sufficient decrease; ``slack`` leaves room for the rounding of ``value``
+    near the optimum). ``trial(t)`` returns a tuple whose first entry is the
+    objective at step ``t``. Returns ``(t, trial(t))`` of the accepted step,
+    or None when ``max_halvings`` trials fail (the solver has stalled).
+    """
+    t = step
+    for _ in range(max_halvings):
+        result = trial(t)
+        if np.isfinite(result[0]) and result[0] <= value + 1e-4 * t * slope + slack:
+            return t, result
+        t *= 0.5
+    return None

@@ -236,6 +236,27 @@ def mask_of(logits):
     return np.isneginf(logits)
 
 
+def zero_masked(logits, mask):
+    """``logits`` with 0 at the masked entries, the input of a scaling map.
+
+    ``-inf`` times a scale could give ``+inf`` or NaN; a finite stand-in keeps
+    the map finite, and :func:`keep_masked` restores ``-inf`` after it.
+    ``mask`` is :func:`mask_of` the logits (None: ``logits`` itself).
+    """
+    return logits if mask is None else np.where(mask, 0, logits)
+
+
+def keep_masked(out, mask):
+    """``out`` (a map of the logits) with the masked entries ``-inf`` again.
+
+    A masked class keeps probability exactly 0 whatever the map; ``mask`` is
+    :func:`mask_of` the logits (None: nothing to restore). In place.
+    """
+    if mask is not None:
+        out[mask] = -np.inf
+    return out
+
+
 def check_logits(estimator, X, *, reset):
     """Validate a logits array and return it as a float (n_samples, n_cols) array.
 
