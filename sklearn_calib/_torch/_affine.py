@@ -669,16 +669,10 @@ def fit_affine(
         theta, loss, grad, curv = _warm_theta(
             objective, theta, loss, grad, curv, warm_start, columns, factor
         )
-    grad_norm = float(grad.abs().max())
-    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        raise FloatingPointError("non-finite loss or gradient at the start")
+    grad_norm = _finite_start(loss, grad)
     if solve:
-        solver_name = "newton" if newton else "lbfgs"
-        precondition = None
-        if not newton:
-            precondition = _preconditioner(objective, theta, curv, grad)
-        theta, loss, grad, status, n_iter, decrement = _minimise(
-            objective, theta, loss, grad, newton, precondition, max_iter, tol
+        solver_name, theta, loss, grad, status, n_iter, decrement = _run_solver(
+            objective, theta, loss, grad, curv, newton, max_iter, tol
         )
         grad_norm = float(grad.abs().max())
 
@@ -757,17 +751,11 @@ def fit_affine_chunks(
     newton = solve and 2 * n_free <= _NEWTON_PARAMS
     objective.with_hessian = newton
     loss, grad, curv = objective.evaluate(theta, curvature=not newton)
-    grad_norm = float(grad.abs().max())
-    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
-        raise FloatingPointError("non-finite loss or gradient at the start")
+    grad_norm = _finite_start(loss, grad)
     solver_name, status, n_iter, decrement = "none", "converged", 0, 0.0
     if solve:
-        solver_name = "newton" if newton else "lbfgs"
-        precondition = None
-        if not newton:
-            precondition = _preconditioner(objective, theta, curv, grad)
-        theta, loss, grad, status, n_iter, decrement = _minimise(
-            objective, theta, loss, grad, newton, precondition, max_iter, tol
+        solver_name, theta, loss, grad, status, n_iter, decrement = _run_solver(
+            objective, theta, loss, grad, curv, newton, max_iter, tol
         )
         grad_norm = float(grad.abs().max())
     return AffineFit(
@@ -783,6 +771,28 @@ def fit_affine_chunks(
         scale=1.0,
         decrement=decrement,
     )
+
+
+def _finite_start(loss, grad):
+    """The start's largest gradient entry; FloatingPointError where not finite."""
+    grad_norm = float(grad.abs().max())
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise FloatingPointError("non-finite loss or gradient at the start")
+    return grad_norm
+
+
+def _run_solver(objective, theta, loss, grad, curv, newton, max_iter, tol):
+    """Newton, or L-BFGS preconditioned at the start, from theta.
+
+    Returns (solver name, theta, loss, grad, status, n_iter, decrement).
+    """
+    precondition = None
+    if not newton:
+        precondition = _preconditioner(objective, theta, curv, grad)
+    result = _minimise(
+        objective, theta, loss, grad, newton, precondition, max_iter, tol
+    )
+    return ("newton" if newton else "lbfgs", *result)
 
 
 def _warm_theta(objective, theta, loss, grad, curv, warm_start, columns, factor):

@@ -67,8 +67,12 @@ def decision_protocol(n_samples):
     )
 
 
-def decision_section(report, *, markdown, aligned):
-    """Lines of the decision table (empty without decisions)."""
+def decision_section(report, *, render):
+    """Lines of the decision table (empty without decisions).
+
+    ``render(headers, body)`` gives the table's lines (markdown or aligned
+    text, see ``_tables.table_lines``).
+    """
     entries = report.get("decisions", [])
     if not entries:
         return []
@@ -103,11 +107,4 @@ def decision_section(report, *, markdown, aligned):
         "bound of the error rate among accepted samples, and the accepted "
         "fraction."
     )
-    if markdown:
-        lines = [
-            "| " + " | ".join(headers) + " |",
-            "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|",
-        ] + ["| " + " | ".join(cells) + " |" for cells in body]
-    else:
-        lines = aligned(headers, body)
-    return ["", caption, ""] + lines
+    return ["", caption, ""] + render(headers, body)

@@ -61,13 +61,19 @@ def refuse_both(names, path, first, second, what):
         )
 
 
-def check_input_path(path):
-    """``path`` as a Path, if it names an existing file of a supported type."""
+def existing_file(path):
+    """``path`` as a Path, if it names an existing file (not a folder)."""
     path = Path(path)
     if not path.exists():
         raise CommandError(f"{path}: no such file")
     if path.is_dir():
         raise CommandError(f"{path}: is a directory, not a file")
+    return path
+
+
+def check_input_path(path):
+    """``path`` as a Path, if it names an existing file of a supported type."""
+    path = existing_file(path)
     if path.suffix.lower() not in SUFFIXES:
         raise CommandError(
             f"{path}: unsupported file type {path.suffix or '(none)'!r}; use "

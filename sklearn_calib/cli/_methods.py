@@ -2,9 +2,9 @@
 
 import ast
 import re
-from pathlib import Path
 
 from ._common import CommandError, first_line
+from ._io import existing_file
 
 # Settings ``report`` uses instead of a method's defaults, for a method too
 # slow to run on the bundled data well within a minute on two CPU cores; the
@@ -162,15 +162,6 @@ def import_skops():
     return skops.io
 
 
-def _check_saved(path):
-    path = Path(path)
-    if not path.exists():
-        raise CommandError(f"{path}: no such file")
-    if path.is_dir():
-        raise CommandError(f"{path}: is a directory, not a file")
-    return path
-
-
 def load_calibrator(path):
     """Load a calibrator saved by ``fit``, trusting only the library's types.
 
@@ -178,7 +169,7 @@ def load_calibrator(path):
     builtins), only the estimator classes of this library are trusted.
     """
     sio = import_skops()
-    path = _check_saved(path)
+    path = existing_file(path)
     from skops.io.exceptions import UntrustedTypesFoundException
 
     from ..base import BaseCalibrator

@@ -1,6 +1,7 @@
 """The report as text: terminal table, markdown, CSV, JSON; the progress bar."""
 
 import csv
+import functools
 import io
 import json
 import os
@@ -129,18 +130,21 @@ def _aligned(headers, body, separator="  "):
     return lines
 
 
+def table_lines(headers, body, *, markdown):
+    """A table's lines: markdown (first column left, the others right) or aligned."""
+    if not markdown:
+        return _aligned(headers, body)
+    return [
+        "| " + " | ".join(headers) + " |",
+        "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|",
+    ] + ["| " + " | ".join(cells) + " |" for cells in body]
+
+
 def _set_section(report, *, markdown):
     body = set_rows(report)
     if not body:
         return []
-    headers = set_headers()
-    if markdown:
-        lines = [
-            "| " + " | ".join(headers) + " |",
-            "|" + "|".join(["---"] + ["---:"] * (len(headers) - 1)) + "|",
-        ] + ["| " + " | ".join(cells) + " |" for cells in body]
-    else:
-        lines = _aligned(headers, body)
+    lines = table_lines(set_headers(), body, markdown=markdown)
     return ["", set_caption(report), ""] + lines
 
 
@@ -195,7 +199,9 @@ def _text_table(report, *, pretty):
             + [""]
             + notes(report)
             + _set_section(report, markdown=False)
-            + decision_section(report, markdown=False, aligned=_aligned)
+            + decision_section(
+                report, render=functools.partial(table_lines, markdown=False)
+            )
             + validation_text(report)
         )
         + "\n"
@@ -205,17 +211,12 @@ def _text_table(report, *, pretty):
 def _markdown_table(report):
     rows = report["results"]
     headers = ["Method"] + [c[1] for c in COLUMNS]
-    lines = [
-        "| " + " | ".join(headers) + " |",
-        "|" + "|".join(["---"] + ["---:"] * len(COLUMNS)) + "|",
-    ]
-    for r in rows:
-        cells = [r["method"]] + [cell(r, k, p) for k, _, p in COLUMNS]
-        lines.append("| " + " | ".join(cells) + " |")
+    body = [[r["method"]] + [cell(r, k, p) for k, _, p in COLUMNS] for r in rows]
+    lines = table_lines(headers, body, markdown=True)
     listed = [f"- {n}" for n in notes(report)]
     header = [f"{line}  " for line in header_lines(report)]
     sets = _set_section(report, markdown=True) + decision_section(
-        report, markdown=True, aligned=_aligned
+        report, render=functools.partial(table_lines, markdown=True)
     )
     return (
         "\n".join(header + [""] + lines + ([""] + listed if listed else []) + sets)
