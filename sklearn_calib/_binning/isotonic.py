@@ -172,11 +172,6 @@ class IsotonicCalibration(BaseCalibrator):
         self.mode = mode
         self.classes = classes
 
-    def _weight_scale_matters(self):
-        # The fit does not depend on the scale (the weights are divided by
-        # their maximum in binary_problems).
-        return True
-
     def _fit(self, logits, y, sample_weight):
         problems = binary_problems(
             softmax_log_odds(logits),
