@@ -42,6 +42,7 @@ _IGNORED = [
     "ignore:The NLL keeps decreasing as T:UserWarning",
     "ignore:SMART was fitted on:UserWarning",
     "ignore:.*determine no finite scale:UserWarning",
+    "ignore:.*no calibration sample, so their biases:UserWarning",
     "ignore:.*logits separate the calibration:UserWarning",
     "ignore:.* stopped after:sklearn.exceptions.ConvergenceWarning",
 ]
