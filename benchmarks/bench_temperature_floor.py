@@ -47,7 +47,7 @@ def count_passes(n_rows):
     from sklearn_calib._torch import _temperature
 
     counter = {"full": 0, "rows": 0}
-    original = _temperature._Problem.derivatives
+    original = _temperature.TemperatureProblem.derivatives
 
     def derivatives(self, beta, third=True):
         rows = self.shifted.shape[0]
@@ -55,7 +55,7 @@ def count_passes(n_rows):
         counter["full"] += rows == n_rows
         return original(self, beta, third)
 
-    _temperature._Problem.derivatives = derivatives
+    _temperature.TemperatureProblem.derivatives = derivatives
     return counter
 
 

@@ -101,3 +101,29 @@ def test_small_fits_run_torch_on_one_thread(monkeypatch):
         TemperatureScaling(device="cpu").fit(X, y)
     assert seen == [1, before]
     assert torch.get_num_threads() == before
+
+
+def test_chunk_tasks_off_the_main_thread_run_torch_on_one_thread():
+    # A pass run by dask's threaded scheduler: each chunk's task sees one
+    # torch thread (dask's pool already has about one thread per core); a
+    # sequential pass on the main thread keeps the caller's count.
+    import threading
+
+    from sklearn_calib._chunks.first_pass import _counted_call
+
+    seen = {}
+
+    def record(logits, codes, weights):
+        seen[threading.current_thread() is threading.main_thread()] = (
+            torch.get_num_threads()
+        )
+        return 0.0
+
+    X, y = np.zeros((4, 3)), np.array([0, 1, 2, 0])
+    call = dict(func=record, label_codes=lambda y: y, dtype=np.float64, unit=1.0)
+    _counted_call(X, y, None, **call)
+    worker = threading.Thread(target=_counted_call, args=(X, y, None), kwargs=call)
+    worker.start()
+    worker.join()
+    assert seen[True] == torch.get_num_threads()
+    assert seen[False] == 1

@@ -20,6 +20,7 @@ import operator
 import numpy as np
 from sklearn.utils.multiclass import type_of_target
 
+from .._torch._threads import limit_torch_threads, task_thread_limit
 from ..utils._fitted_state import excerpt
 from ..utils._validation import (
     check_chunk,
@@ -362,13 +363,11 @@ def encode_chunk(X, y, w, label_codes, dtype, unit=1.0):
     return logits, codes, weights
 
 
-def _encoded_call(X, y, w, *, func, label_codes, dtype, unit=1.0):
-    return func(*encode_chunk(X, y, w, label_codes, dtype, unit))
-
-
 def _counted_call(X, y, w, *, func, label_codes, dtype, unit):
     logits, codes, weights = encode_chunk(X, y, w, label_codes, dtype, unit)
-    return func(logits, codes, weights), logits.shape[0], float(weights.sum())
+    with limit_torch_threads(task_thread_limit()):
+        value = func(logits, codes, weights)
+    return value, logits.shape[0], float(weights.sum())
 
 
 def _counted_combine(a, b, *, combine):

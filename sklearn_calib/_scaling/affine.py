@@ -19,7 +19,7 @@ from ..utils._fitted_state import (
     check_state_int,
     fail_state,
 )
-from ..utils._math import log_softmax, row_blocks
+from ..utils._math import log_softmax
 from ..utils._validation import (
     check_device,
     check_true_class_unmasked,
@@ -380,106 +380,29 @@ class VectorScaling(AffineCalibrator):
         return spaced_row_indices
 
     def _fit_chunked(self, data):
-        """The exact fit from chunks: Newton (L-BFGS beyond 64 classes) on sums."""
+        """The exact fit from chunks: the in-memory solver on sums over chunks."""
+        from .._torch._affine import fit_affine_chunks
+
         check_device(self.device)
-        n_classes = data.n_classes
         start = fit_temperature_chunks(data)
-        theta = np.concatenate([np.full(n_classes, start.beta), np.zeros(n_classes)])
         # A class without a calibration sample, or one that its own logit
-        # separates, has no finite scale and bias (the NLL keeps falling along a
-        # ray): as in memory, it keeps the temperature map, and the solve runs
-        # over the other classes' parameters.
-        absent, separable = _unidentified_classes(data)
-        frozen = absent | separable
-        if frozen.all():
-            frozen[:] = False  # nothing to solve for: the rays, as before
-        free_classes = np.flatnonzero(~frozen)
-        free = np.concatenate([free_classes, n_classes + free_classes])
-        n_free = free_classes.shape[0]
-        # When every frozen class lacks samples, a common shift of the free biases
-        # is a ray (the frozen classes' probabilities fall for ever): their mean
-        # is held at 0, as in memory (see AffineObjective.freeze in
-        # _torch._affine_objective).
-        hold_bias_mean = bool(frozen.any()) and not bool((separable & frozen).any())
-
-        def project(vector):
-            if hold_bias_mean:
-                vector = vector.copy()
-                vector[n_free:] -= vector[n_free:].mean()
-            return vector
-
-        def evaluate(theta_free, hessian):
-            full = theta.copy()
-            full[free] = theta_free
-            sums = data.reduce(
-                functools.partial(
-                    _vector_sums,
-                    coef=full[:n_classes],
-                    intercept=full[n_classes:],
-                    hessian=hessian,
-                )
-            )
-            total = sums[0]
-            grad = project((sums[2 : 2 + 2 * n_classes] / total)[free])
-            hess = None
-            if hessian:
-                hess = sums[2 + 2 * n_classes :].reshape(2 * n_classes, -1) / total
-                hess = hess[np.ix_(free, free)]
-                if hold_bias_mean:  # P H P, P centring the bias block
-                    hess[n_free:, :] -= hess[n_free:, :].mean(axis=0)
-                    hess[:, n_free:] -= hess[:, n_free:].mean(axis=1, keepdims=True)
-            return sums[1] / total, grad, hess
-
-        # The Hessian pass costs (2K)^2 per row whatever is frozen.
-        if 2 * n_classes <= _NEWTON_PARAMS:
-            gauge = None
-            if hold_bias_mean or not frozen.any():
-                # Adding a constant to every bias changes nothing (or is held),
-                # unless some biases are held fixed.
-                gauge = np.concatenate([np.zeros(n_free), np.ones(n_free)])
-                gauge /= np.sqrt(n_free)
-            result = _newton_over_chunks(
-                evaluate,
-                theta[free],
-                tol=self.tol,
-                max_iter=self.max_iter,
-                gauge=gauge,
-            )
-        else:
-            blocks = data.reduce(
-                functools.partial(
-                    _vector_sums,
-                    coef=theta[:n_classes],
-                    intercept=theta[n_classes:],
-                    hessian="blocks",
-                )
-            )
-            blocks = blocks[2 + 2 * n_classes :].reshape(3, n_classes) / blocks[0]
-            to_theta, to_phi_grad = _block_preconditioner(
-                blocks[:, free_classes], n_free
-            )
-            result = _lbfgs_over_chunks(
-                evaluate,
-                theta[free],
-                tol=self.tol,
-                max_iter=self.max_iter,
-                # Steps stay where the bias mean is held (P is its own adjoint).
-                preconditioner=(
-                    lambda phi: project(to_theta(phi)),
-                    lambda grad: to_phi_grad(project(grad)),
-                ),
-            )
-        fitted = theta.copy()
-        fitted[free] = result.theta
-        coef = fitted[:n_classes].copy()
-        intercept = fitted[n_classes:] - fitted[n_classes:].mean()
-        summary = _AffineChunkedFit(coef, intercept, result)
-        summary.n_absent = int((absent & frozen).sum())
-        summary.n_separable = int((separable & frozen).sum())
-        summary.start = start.beta
-        self._check_affine_result(summary, n_classes=len(intercept))
-        self.coef_ = coef
-        self.intercept_ = intercept
+        # separates, has no finite scale and bias: as in memory, it keeps the
+        # temperature map (with a warning), and the solve runs over the others.
+        absent, separable = _unidentified_classes(data, _vector_rows)
+        result = fit_affine_chunks(
+            data.reduce,
+            _vector_rows,
+            data.n_classes,
+            beta=start.beta,
+            frozen=absent | separable,
+            hold_bias_mean=not separable.any(),
+            max_iter=self.max_iter,
+            tol=self.tol,
+        )
+        result.n_absent, result.n_separable = int(absent.sum()), int(separable.sum())
+        self._check_affine_result(result, n_classes=data.n_classes)
+        self.coef_ = result.coef
+        self.intercept_ = result.intercept
 
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
@@ -1072,7 +995,9 @@ class PlattScaling(AffineCalibrator):
         self.intercept_ = result.intercept[1:] - result.intercept[:1]
 
     def _fit_chunked(self, data):
-        """The exact fit from chunks: Newton on sums over chunks."""
+        """The exact fit from chunks: the in-memory solver on sums over chunks."""
+        from .._torch._affine import fit_affine_chunks
+
         check_device(self.device)
         if data.n_classes != 2:
             raise ValueError(
@@ -1097,30 +1022,26 @@ class PlattScaling(AffineCalibrator):
                 [1 / (n_negative + 2), positive if np.isfinite(n_positive) else 1.0]
             )
         else:
-            targets = np.array([0.0, 1.0])
+            targets = None
 
-        def evaluate(theta, hessian):
-            sums = data.reduce(
-                functools.partial(
-                    _platt_sums,
-                    slope=theta[0],
-                    intercept=theta[1],
-                    targets=targets,
-                    hessian=hessian,
-                )
-            )
-            total = sums[0]
-            return sums[1] / total, sums[2:4] / total, sums[4:].reshape(2, 2) / total
-
-        result = _newton_over_chunks(
-            evaluate, np.array([1.0, 0.0]), tol=self.tol, max_iter=self.max_iter
+        prepare = functools.partial(_platt_rows, targets=targets)
+        absent, separable = _unidentified_classes(data, prepare)
+        result = fit_affine_chunks(
+            data.reduce,
+            prepare,
+            2,
+            # As in memory, the start is the temperature fit of the two
+            # logits (z_0, z_1): the optimum on the ray a (0, s), c = 0.
+            beta=fit_temperature_chunks(data).beta,
+            frozen=absent | separable,
+            hold_bias_mean=not separable.any(),
+            max_iter=self.max_iter,
+            tol=self.tol,
         )
-        coef, intercept = result.theta[:1].copy(), result.theta[1:].copy()
-        self._check_affine_result(
-            _AffineChunkedFit(coef, intercept, result), n_classes=2
-        )
-        self.coef_ = coef
-        self.intercept_ = intercept
+        result.n_absent, result.n_separable = int(absent.sum()), int(separable.sum())
+        self._check_affine_result(result, n_classes=2)
+        self.coef_ = result.coef[1:].copy()
+        self.intercept_ = result.intercept[1:] - result.intercept[:1]
 
     def _state_shapes(self, n_classes):
         if n_classes != 2:
@@ -1167,280 +1088,64 @@ class PlattScaling(AffineCalibrator):
         return PlattModule(float(self.coef_[0]), float(self.intercept_[0]))
 
 
-# --- the chunked fits: sums over chunks -------------------------------------------
-
-# Newton for the affine maps up to this many parameters (vector scaling up to
-# 64 classes, Platt always), as the in-memory solver; L-BFGS beyond.
-_NEWTON_PARAMS = 128
-_ARMIJO = 1e-4
-_MAX_HALVINGS = 40
+# --- the chunked fits: a chunk as the problem's rows ------------------------------
 
 
-def _vector_sums(logits, codes, weights, *, coef, intercept, hessian):
-    """``[W, sum w nll, grad (2K), Hessian (2K x 2K) if asked]`` of one chunk.
+def _vector_rows(logits, codes, weights):
+    """A chunk as rows of the vector map: masked entries 0, with their mask.
 
-    Unnormalised sums over the rows; the NLL of ``softmax(coef * z + b)``.
+    As in memory: a masked entry has calibrated logit -inf whatever (w_k, b_k);
+    its feature 0 keeps every product finite.
     """
-    n_classes = logits.shape[1]
-    blocks = hessian == "blocks"
-    size = 2 + 2 * n_classes
-    if blocks:
-        size += 3 * n_classes
-    elif hessian:
-        size += 4 * n_classes**2
-    out = np.zeros(size)
-    if logits.shape[0] == 0:
-        return out
-    check_true_class_unmasked(logits, codes, weights, of=" of a chunk")
-    g_w, g_b = np.zeros(n_classes), np.zeros(n_classes)
-    if blocks:
-        h = np.zeros((3, n_classes))
-    elif hessian:
-        h = np.zeros((2 * n_classes, 2 * n_classes))
-    for rows in row_blocks(*logits.shape):
-        z = logits[rows].astype(np.float64)
-        w = weights[rows]
-        y = codes[rows]
-        mask = mask_of(z)
-        if mask is not None:
-            # A masked entry has calibrated logit -inf whatever (w_k, b_k), as
-            # in memory: feature 0 (so that -inf * 0 never makes a NaN in the
-            # sums of z q) and output -inf (q = 0: no term in any sum).
-            z[mask] = 0.0
-        f = z * coef + intercept
-        if mask is not None:
-            f[mask] = -np.inf
-        top = f.max(axis=1, keepdims=True)
-        f -= top
-        q = np.exp(f)
-        norm = q.sum(axis=1, keepdims=True)
-        q /= norm
-        index = np.arange(z.shape[0])
-        out[0] += w.sum()
-        out[1] += w @ (np.log(norm[:, 0]) - f[index, y])
-        residual = q.copy()
-        residual[index, y] -= 1.0
-        residual *= w[:, None]
-        g_w += np.einsum("ij,ij->j", residual, z)
-        g_b += residual.sum(axis=0)
-        if blocks:
-            # The 2 x 2 Hessian block (w_k, b_k) of every class.
-            curvature = q * (1.0 - q) * w[:, None]
-            h[0] += np.einsum("ij,ij->j", curvature * z, z)
-            h[1] += np.einsum("ij,ij->j", curvature, z)
-            h[2] += curvature.sum(axis=0)
-        elif hessian:
-            wq = q * w[:, None]
-            qz = q * z
-            wqz = wq * z
-            k = n_classes
-            h[:k, :k] += np.diag(np.einsum("ij,ij->j", wqz, z)) - wqz.T @ qz
-            cross = np.diag(wqz.sum(axis=0)) - wqz.T @ q
-            h[:k, k:] += cross
-            h[k:, :k] += cross.T
-            h[k:, k:] += np.diag(wq.sum(axis=0)) - wq.T @ q
-    out[2 : 2 + n_classes] = g_w
-    out[2 + n_classes : 2 + 2 * n_classes] = g_b
-    if hessian:
-        out[2 + 2 * n_classes :] = h.ravel()
-    return out
+    if logits.shape[0]:
+        check_true_class_unmasked(logits, codes, weights, of=" of a chunk")
+    mask = mask_of(logits)
+    features = np.array(logits, dtype=np.float64)
+    if mask is not None:
+        features[mask] = 0.0
+    return features, codes, weights, mask
 
 
-def _platt_sums(logits, codes, weights, *, slope, intercept, targets, hessian):
-    """``[W, sum w nll, grad (2), Hessian (2 x 2)]`` of the logistic map of one chunk.
+def _platt_rows(logits, codes, weights, *, targets):
+    """A chunk as rows of Platt's map: features (0, s), s = z_1 - z_0.
 
-    Soft targets ``t`` per class (Platt's, or 0/1): the loss of a row is
-    ``softplus(u) - t u`` with ``u = a s + c``, ``s = z_1 - z_0``.
+    As in memory: a row with a masked class has a fixed probability and is
+    left out (unless its label is the masked class: a ValueError); with
+    ``targets`` (Platt's smoothed targets of the negative and the positive
+    class) every row becomes a positive row of weight w t and a negative row
+    of weight w (1 - t).
     """
-    out = np.zeros(8)
-    if logits.shape[0] == 0:
-        return out
-    s = logits[:, 1].astype(np.float64) - logits[:, 0]
-    fixed = ~np.isfinite(s)
+    score = logits[:, 1].astype(np.float64) - logits[:, 0]
+    fixed = ~np.isfinite(score)
     if fixed.any():
-        # As in memory: a masked class fixes the row's probability whatever
-        # (a, c), so the row is left out of the fit, unless its label is the
-        # masked class (an infinite NLL: a ValueError).
         check_true_class_unmasked(logits, codes, weights, of=" of a chunk")
         keep = ~fixed
-        s, codes, weights = s[keep], codes[keep], weights[keep]
+        score, codes, weights = score[keep], codes[keep], weights[keep]
+    features = np.column_stack([np.zeros_like(score), score])
+    if targets is None:
+        return features, codes, weights, None
     t = targets[codes]
-    u = slope * s + intercept
-    softplus = np.logaddexp(0.0, u)
-    p = np.exp(u - softplus)  # sigmoid(u), stable for both signs
-    out[0] = weights.sum()
-    out[1] = weights @ (softplus - t * u)
-    r = weights * (p - t)
-    out[2], out[3] = r @ s, r.sum()
-    if hessian:
-        c = weights * p * (1.0 - p)
-        out[4], out[5], out[7] = c @ (s * s), c @ s, c.sum()
-        out[6] = out[5]
-    return out
+    return (
+        np.concatenate([features, features]),
+        np.concatenate([np.ones_like(codes), np.zeros_like(codes)]),
+        np.concatenate([weights * t, weights * (1 - t)]),
+        None,
+    )
 
 
-class _NewtonResult:
-    def __init__(self, theta, n_iter, status, gradient, solver):
-        self.theta = theta
-        self.n_iter = n_iter
-        self.status = status
-        self.gradient = gradient
-        self.solver = solver
+def _separation_extremes(logits, codes, weights, *, prepare):
+    """Per class: the extremes of its feature on its own rows and on the others.
 
-
-def _newton_over_chunks(evaluate, theta, *, tol, max_iter, gauge=None):
-    """Damped Newton on a convex loss whose value, gradient and Hessian are sums.
-
-    ``evaluate(theta, hessian)`` returns the mean loss, gradient and Hessian
-    (one pass over the chunks). Steps are Newton steps on the Hessian plus the
-    gauge projector (directions that change nothing), solved by least squares
-    so that directions without curvature keep their start value; a step that
-    does not decrease the loss enough is halved (Armijo). Stops when the
-    largest gradient entry is at most ``tol``.
+    ``(own_min, own_max, other_min, other_max)`` concatenated, over the
+    prepared rows of positive weight, masked entries left out; combined by
+    min and max.
     """
-    loss, grad, hess = evaluate(theta, True)
-    for n_iter in range(1, max_iter + 1):
-        if np.max(np.abs(grad)) <= tol:
-            return _NewtonResult(
-                theta, n_iter - 1, "converged", np.max(np.abs(grad)), "Newton"
-            )
-        system = hess if gauge is None else hess + np.outer(gauge, gauge)
-        direction = np.linalg.lstsq(system, -grad, rcond=None)[0]
-        slope = grad @ direction
-        if not slope < 0:
-            direction, slope = -grad, -(grad @ grad)
-        step = 1.0
-        noise = 1e-13 * max(1.0, abs(loss))
-        for _ in range(_MAX_HALVINGS):
-            candidate = theta + step * direction
-            new_loss, new_grad, new_hess = evaluate(candidate, True)
-            if new_loss <= loss + _ARMIJO * step * slope + noise:
-                break
-            step *= 0.5
-        else:
-            return _NewtonResult(
-                theta, n_iter, "stalled", np.max(np.abs(grad)), "Newton"
-            )
-        theta, loss, grad, hess = candidate, new_loss, new_grad, new_hess
-    status = "converged" if np.max(np.abs(grad)) <= tol else "max_iter"
-    return _NewtonResult(theta, max_iter, status, np.max(np.abs(grad)), "Newton")
-
-
-def _block_preconditioner(blocks, n_classes):
-    """``L^-T`` of the per-class 2 x 2 Hessian blocks ``L L^T``, as a function.
-
-    Curvatures below a tiny fraction of the largest are floored, as in memory:
-    a class without samples has (almost) none.
-    """
-    a, b, c = blocks
-    floor = 1e-9 * max(float(np.max(a)), float(np.max(c)), 1e-300)
-    a = np.maximum(a, floor)
-    c = np.maximum(c, floor)
-    # Cholesky of [[a, b], [b, c]]: l11 = sqrt(a), l21 = b / l11, l22 = sqrt(c - l21^2)
-    l11 = np.sqrt(a)
-    l21 = b / l11
-    l22 = np.sqrt(np.maximum(c - l21**2, floor))
-
-    def to_theta(phi):
-        """theta offset = L^-T phi, class by class."""
-        u, v = phi[:n_classes], phi[n_classes:]
-        y2 = v / l22
-        y1 = (u - l21 * y2) / l11
-        return np.concatenate([y1, y2])
-
-    def to_phi_grad(grad):
-        """d/dphi = L^-1 d/dtheta."""
-        gu, gv = grad[:n_classes], grad[n_classes:]
-        x1 = gu / l11
-        x2 = (gv - l21 * x1) / l22
-        return np.concatenate([x1, x2])
-
-    return to_theta, to_phi_grad
-
-
-def _lbfgs_over_chunks(evaluate, theta, *, tol, max_iter, preconditioner=None):
-    """L-BFGS (scipy) on value and gradient, one pass per evaluation.
-
-    With a ``preconditioner`` ``(to_theta, to_phi_grad)``, the solve runs in
-    the variables ``phi`` of ``theta = theta0 + to_theta(phi)``, where the
-    per-class Hessian blocks at the start are the identity. It stops when the
-    largest gradient entry in ``theta`` is at most ``tol``.
-    """
-    from scipy.optimize import minimize
-
-    if preconditioner is None:
-        preconditioner = (lambda phi: phi, lambda grad: grad)
-    to_theta, to_phi_grad = preconditioner
-    start = theta.copy()
-    seen = {}
-
-    def fun(phi):
-        loss, grad, _ = evaluate(start + to_theta(phi), False)
-        seen[phi.tobytes()] = float(np.max(np.abs(grad)))
-        return loss, to_phi_grad(grad)
-
-    iterations = [0]
-    stopped = {}
-
-    class _Converged(Exception):
-        pass
-
-    def callback(xk):
-        # The current point as a plain array: scipy < 1.11 passes only that
-        # (and lets no StopIteration end the solve), so stopping goes through
-        # an exception of our own on every version.
-        iterations[0] += 1
-        if seen.get(np.asarray(xk).tobytes(), np.inf) <= tol:
-            stopped["x"] = np.array(xk, dtype=np.float64)
-            raise _Converged
-
-    n = theta.shape[0]
-    try:
-        solution = minimize(
-            fun,
-            np.zeros(n),
-            jac=True,
-            method="L-BFGS-B",
-            callback=callback,
-            options={"maxiter": max_iter, "gtol": 0.0, "ftol": 0.0, "maxcor": 10},
-        )
-        phi, n_iter = solution.x, solution.nit
-    except _Converged:
-        phi, n_iter = stopped["x"], iterations[0]
-    theta = start + to_theta(phi)
-    gradient = seen.get(phi.tobytes())
-    if gradient is None:
-        gradient = float(np.max(np.abs(evaluate(theta, False)[1])))
-    if gradient <= tol:
-        status = "converged"
-    elif n_iter >= max_iter:
-        status = "max_iter"
-    else:
-        status = "stalled"
-    return _NewtonResult(theta, n_iter, status, gradient, "L-BFGS")
-
-
-class _AffineChunkedFit:
-    """What ``AffineCalibrator._check_affine_result`` reads of a solve."""
-
-    def __init__(self, coef, intercept, newton):
-        self.coef = coef
-        self.intercept = intercept
-        self.n_iter = newton.n_iter
-        self.status = newton.status
-        self.gradient = newton.gradient
-        self.solver = newton.solver
-
-
-def _separation_extremes(logits, codes, weights):
-    """Per class: the extremes of its logit on its own rows and on the others.
-
-    ``(own_min, own_max, other_min, other_max)`` concatenated, over rows of
-    positive weight, masked entries left out; combined by min and max.
-    """
-    k = logits.shape[1]
+    features, codes, weights, mask = prepare(logits, codes, weights)
+    k = features.shape[1]
     counted = weights > 0
-    x = np.asarray(logits[counted], dtype=np.float64)
+    x = np.array(features[counted], dtype=np.float64)
+    if mask is not None:
+        x[mask[counted]] = -np.inf
     y = codes[counted]
     extremes = np.concatenate([np.full(k, np.inf), np.full(k, -np.inf)] * 2)
     if not y.shape[0]:
@@ -1467,8 +1172,8 @@ def _combine_extremes(a, b):
     )
 
 
-def _unidentified_classes(data):
-    """Classes whose vector-scaling (w_k, b_k) have no finite optimum.
+def _unidentified_classes(data, prepare):
+    """Classes whose vector-map (w_k, b_k) have no finite optimum.
 
     The rule of the in-memory solver, from one pass of per-class extremes:
     absent (no sample of positive weight), or separable (a threshold on the
@@ -1478,5 +1183,7 @@ def _unidentified_classes(data):
     """
     from .._torch._affine_objective import unidentified_from_extremes
 
-    extremes = data.reduce(_separation_extremes, _combine_extremes)
+    extremes = data.reduce(
+        functools.partial(_separation_extremes, prepare=prepare), _combine_extremes
+    )
     return unidentified_from_extremes(*np.split(extremes, 4))

@@ -55,6 +55,13 @@ at (I / T, 0) keep the component they start with: the fitted map is the optimum
 nearest to that start (the biases of vector scaling sum to zero when no class
 is frozen).
 
+Chunks. ``fit_affine_chunks`` runs this solver (start, frozen classes, Newton,
+L-BFGS, stopping rules) on the vector map's objective summed over chunks
+(:mod:`sklearn_calib._torch._affine_chunks`): vector and Platt scaling over
+chunks are the in-memory problem, one pass over the data per evaluation, in
+float64 and without the power-of-two rescaling (chunk features are taken as
+they come).
+
 Every loop is bounded (iterations, line-search trials, ridge increases); a
 non-finite loss or gradient at the start raises FloatingPointError, which the
 estimators turn into a ValueError naming the input.
@@ -700,6 +707,81 @@ def fit_affine(
         decrement=decrement,
         n_absent=n_absent,
         n_separable=n_separable,
+    )
+
+
+def fit_affine_chunks(
+    reduce,
+    prepare,
+    n_classes,
+    *,
+    beta=None,
+    frozen=None,
+    hold_bias_mean=False,
+    max_iter=1000,
+    tol=1e-7,
+):
+    """The vector map from sums over chunks: ``fit_affine``'s solver, unchanged.
+
+    Parameters
+    ----------
+    reduce, prepare : callables
+        The chunk source's reduction and the calibrator's map from a chunk to
+        the problem's rows (see :mod:`sklearn_calib._torch._affine_chunks`).
+    n_classes : int
+        Columns of the prepared features.
+    beta : float
+        The start's inverse temperature: theta = (beta, 0) for every class
+        (``fit_affine`` starts in memory on the temperature ray's optimum;
+        vector scaling over chunks passes the chunked temperature fit's).
+        Features are taken as they come: no power-of-two rescaling.
+    frozen : bool array (n_classes,) or None
+        Classes kept at the start (no finite optimum; see ``fit_affine``),
+        with ``hold_bias_mean`` as in ``AffineObjective.freeze``.
+    max_iter, tol : as ``fit_affine``.
+
+    Returns
+    -------
+    AffineFit
+    """
+    from ._affine_chunks import ChunkedAffineObjective
+
+    objective = ChunkedAffineObjective(reduce, prepare, n_classes)
+    theta = torch.zeros(objective.shape, dtype=torch.float64)
+    theta[:, 0] = beta
+    frozen = None if frozen is None else torch.as_tensor(frozen, dtype=torch.bool)
+    solve = frozen is None or not bool(frozen.all())
+    if solve:
+        objective.freeze(frozen, hold_bias_mean=hold_bias_mean)
+    n_free = n_classes if objective.free is None else int(objective.free.numel())
+    newton = solve and 2 * n_free <= _NEWTON_PARAMS
+    objective.with_hessian = newton
+    loss, grad, curv = objective.evaluate(theta, curvature=not newton)
+    grad_norm = float(grad.abs().max())
+    if not (math.isfinite(loss) and math.isfinite(grad_norm)):
+        raise FloatingPointError("non-finite loss or gradient at the start")
+    solver_name, status, n_iter, decrement = "none", "converged", 0, 0.0
+    if solve:
+        solver_name = "newton" if newton else "lbfgs"
+        precondition = None
+        if not newton:
+            precondition = _preconditioner(objective, theta, curv, grad)
+        theta, loss, grad, status, n_iter, decrement = _minimise(
+            objective, theta, loss, grad, newton, precondition, max_iter, tol
+        )
+        grad_norm = float(grad.abs().max())
+    return AffineFit(
+        coef=theta[:, 0].numpy().copy(),
+        intercept=theta[:, 1].numpy().copy(),
+        loss=loss,
+        gradient=grad_norm,
+        n_iter=n_iter,
+        n_evals=objective.n_evals,
+        solver=solver_name,
+        status=status,
+        start=beta,
+        scale=1.0,
+        decrement=decrement,
     )
 
 

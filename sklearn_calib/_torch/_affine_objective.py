@@ -150,71 +150,20 @@ def unidentified_from_extremes(own_min, own_max, other_min, other_max):
     return ~has_own, separable
 
 
-class AffineObjective:
-    """Weighted NLL (+ penalty) of softmax of an affine map, with derivatives.
+class AffineConstraints:
+    """The parameter constraints of an affine objective, whatever computes its sums.
 
-    ``frozen`` (vector map) marks classes whose parameters stay at the start;
-    ``project`` zeroes their directions, and ``free`` indexes the others.
+    Shared by the in-memory objective and the one summed over chunks
+    (:mod:`sklearn_calib._torch._affine_chunks`), so that the solver sees the
+    same frozen classes, projections and null directions from both. Needs
+    ``n_classes``, ``shape``, ``dtype`` and ``device``; ``freeze`` sets
+    ``frozen``, ``free`` and ``hold_bias_mean``.
     """
 
-    def __init__(self, features, y, weights, kind, penalty, mask=None):
-        n_rows, n_classes = features.shape
-        device = features.device
-        self.features = features
-        self.mask = mask
-        self.y = y
-        self.kind = kind
-        self.n_classes = n_classes
-        self.dtype = features.dtype
-        weights = weights.to(torch.float64)
-        self.weights64 = weights / weights.sum()
-        limit = _CUDA_BLOCK_ELEMENTS if features.is_cuda else CPU_BLOCK_ELEMENTS
-        self.block_rows = max(1, min(n_rows, limit // n_classes))
-        self._buffers = {}
-        self.shape = (n_classes, 2 if kind == "vector" else n_classes + 1)
-        self.n_evals = 0
-        self.frozen = None
-        self.free = None
-        self.hold_bias_mean = False
-        self.track_curvature = False
-        self.last_curvature = None
-
-        label = torch.zeros(self.shape, dtype=torch.float64, device=device)
-        label[:, -1].index_add_(0, y, self.weights64)
-        for rows in self._blocks():
-            w = self.weights64[rows]
-            y_block = y[rows]
-            if kind == "vector":
-                true_x = features[rows].gather(1, y_block.view(-1, 1)).squeeze(1)
-                label[:, 0].index_add_(0, y_block, w * true_x.to(torch.float64))
-            else:
-                x = features[rows].to(torch.float64)
-                label[:, :-1].index_add_(0, y_block, x * w[:, None])
-        self.label = label
-
-        # The penalty 1/2 rho (theta - centre)^2, entry by entry: the diagonal
-        # scales (column 0 of the vector map) pulled towards centre, the
-        # off-diagonal entries and the biases towards 0.
-        rho = torch.zeros(self.shape, dtype=torch.float64, device=device)
-        centre = torch.zeros(self.shape, dtype=torch.float64, device=device)
-        rho[:, -1] = penalty.bias
-        if kind == "vector":
-            rho[:, 0] = penalty.diagonal
-            centre[:, 0] = penalty.centre
-        elif n_classes > 1:
-            rho[:, :-1] = penalty.off_diagonal
-            rho[:, :-1].fill_diagonal_(penalty.diagonal)
-            centre[:, :-1].fill_diagonal_(penalty.centre)
-        else:
-            rho[:, 0] = penalty.diagonal
-            centre[:, 0] = penalty.centre
-        self.rho = rho
-        self.centre = centre
-        self.penalised = bool(rho.any())
-        # Without a penalty on W, adding the same row vector to every row of W
-        # changes nothing; adding a constant to every bias never changes the
-        # NLL, and a penalty equal on every bias is lowest at mean 0.
-        self.free_rows = kind == "matrix" and not bool(rho[:, :-1].any())
+    frozen = None
+    free = None
+    hold_bias_mean = False
+    free_rows = False
 
     def freeze(self, frozen, *, hold_bias_mean=False):
         """Keep the classes marked in ``frozen`` (bool, (K,)) where they are.
@@ -279,7 +228,7 @@ class AffineObjective:
                 columns.append(shift.reshape(-1))
         if not columns:
             return None
-        return torch.stack(columns, dim=1).to(self.features.device)
+        return torch.stack(columns, dim=1).to(self.device)
 
     @property
     def loss_noise(self):
@@ -299,6 +248,74 @@ class AffineObjective:
         if self.dtype == torch.float64:
             return theta
         return theta.to(self.dtype).to(torch.float64)
+
+
+class AffineObjective(AffineConstraints):
+    """Weighted NLL (+ penalty) of softmax of an affine map, with derivatives.
+
+    ``frozen`` (vector map) marks classes whose parameters stay at the start;
+    ``project`` zeroes their directions, and ``free`` indexes the others.
+    """
+
+    def __init__(self, features, y, weights, kind, penalty, mask=None):
+        n_rows, n_classes = features.shape
+        device = features.device
+        self.features = features
+        self.device = device
+        self.mask = mask
+        self.y = y
+        self.kind = kind
+        self.n_classes = n_classes
+        self.dtype = features.dtype
+        weights = weights.to(torch.float64)
+        self.weights64 = weights / weights.sum()
+        limit = _CUDA_BLOCK_ELEMENTS if features.is_cuda else CPU_BLOCK_ELEMENTS
+        self.block_rows = max(1, min(n_rows, limit // n_classes))
+        self._buffers = {}
+        self.shape = (n_classes, 2 if kind == "vector" else n_classes + 1)
+        self.n_evals = 0
+        self.frozen = None
+        self.free = None
+        self.hold_bias_mean = False
+        self.track_curvature = False
+        self.last_curvature = None
+
+        label = torch.zeros(self.shape, dtype=torch.float64, device=device)
+        label[:, -1].index_add_(0, y, self.weights64)
+        for rows in self._blocks():
+            w = self.weights64[rows]
+            y_block = y[rows]
+            if kind == "vector":
+                true_x = features[rows].gather(1, y_block.view(-1, 1)).squeeze(1)
+                label[:, 0].index_add_(0, y_block, w * true_x.to(torch.float64))
+            else:
+                x = features[rows].to(torch.float64)
+                label[:, :-1].index_add_(0, y_block, x * w[:, None])
+        self.label = label
+
+        # The penalty 1/2 rho (theta - centre)^2, entry by entry: the diagonal
+        # scales (column 0 of the vector map) pulled towards centre, the
+        # off-diagonal entries and the biases towards 0.
+        rho = torch.zeros(self.shape, dtype=torch.float64, device=device)
+        centre = torch.zeros(self.shape, dtype=torch.float64, device=device)
+        rho[:, -1] = penalty.bias
+        if kind == "vector":
+            rho[:, 0] = penalty.diagonal
+            centre[:, 0] = penalty.centre
+        elif n_classes > 1:
+            rho[:, :-1] = penalty.off_diagonal
+            rho[:, :-1].fill_diagonal_(penalty.diagonal)
+            centre[:, :-1].fill_diagonal_(penalty.centre)
+        else:
+            rho[:, 0] = penalty.diagonal
+            centre[:, 0] = penalty.centre
+        self.rho = rho
+        self.centre = centre
+        self.penalised = bool(rho.any())
+        # Without a penalty on W, adding the same row vector to every row of W
+        # changes nothing; adding a constant to every bias never changes the
+        # NLL, and a penalty equal on every bias is lowest at mean 0.
+        self.free_rows = kind == "matrix" and not bool(rho[:, :-1].any())
 
     def _blocks(self, rows_per_block=None):
         n_rows = self.features.shape[0]
@@ -347,6 +364,15 @@ class AffineObjective:
         With ``track_curvature`` set they are computed on every evaluation
         and kept as ``last_curvature``.
         """
+        loss, grad, curv = self.sums(theta, curvature=curvature)
+        return loss, self.project(grad), curv
+
+    def sums(self, theta, *, curvature=False):
+        """``evaluate`` before the projection: the plain weighted means.
+
+        Means over rows are linear in the rows, so the chunked objective adds
+        these (times each chunk's weight) and projects the total.
+        """
         self.n_evals += 1
         curvature = curvature or self.track_curvature
         dtype = self.dtype
@@ -394,7 +420,7 @@ class AffineObjective:
         grad -= self.label
         grad += self.rho * offset
         self.last_curvature = curv
-        return loss, self.project(grad), curv
+        return loss, grad, curv
 
     def class_mass(self, theta):
         """sum_i w_i q_ik for every class k (float64, exact zeros kept)."""

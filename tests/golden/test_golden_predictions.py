@@ -10,11 +10,12 @@ temperature-based fits by at most 3.6e-7 and changed no other fit (measured
 per key against the first file; the figures are in the closing note of that
 session). BiasCorrectedTemperatureScaling came later and is not pinned here.
 
-On the build that wrote it (the versions stored in the file) the predictions
-must agree to 1e-10. Another torch, numpy or scikit-learn build changes the
-last digits of the iterative fits (thread partitioning, vectorised
-reductions), so there the comparison is at the solvers' tolerance scale, 1e-4
-in probability, which still catches a fit that is wrong.
+On the build that wrote it (the versions, CPU and torch thread count stored
+in the file) the predictions must agree to 1e-10. Another torch, numpy or
+scikit-learn build, another CPU (the same wheels differed by up to 1e-6 on
+two x86-64 machines) or another thread count changes the last digits of the
+iterative fits, so there the comparison is at the solvers' tolerance scale,
+1e-4 in probability, which still catches a fit that is wrong.
 """
 
 from importlib.metadata import version
@@ -23,15 +24,24 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from .make_golden_predictions import PINNED_PACKAGES, golden_cases, predict
+from .make_golden_predictions import (
+    PINNED_PACKAGES,
+    build_fingerprint,
+    golden_cases,
+    predict,
+)
 
 GOLDEN = Path(__file__).resolve().parent / "golden_predictions.npz"
 CASES = {case[0]: case[1:] for case in golden_cases()}
 
 
 def _same_build(stored):
-    return all(
+    same_versions = all(
         str(stored[f"version/{name}"]) == version(name) for name in PINNED_PACKAGES
+    )
+    return same_versions and all(
+        str(stored.get(f"build/{name}")) == value
+        for name, value in build_fingerprint().items()
     )
 
 
@@ -42,7 +52,8 @@ def golden():
 
 
 def test_golden_file_covers_every_case(golden):
-    assert sorted(k for k in golden if not k.startswith("version/")) == sorted(CASES)
+    pinned = [k for k in golden if not k.startswith(("version/", "build/"))]
+    assert sorted(pinned) == sorted(CASES)
 
 
 @pytest.mark.parametrize("key", sorted(CASES))
