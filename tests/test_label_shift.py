@@ -66,6 +66,10 @@ def _adapter_expected_failures(estimator):
     return table
 
 
+# The checks' random features, read as logits, carry no ranking of the labels:
+# the temperature clamped at its bound, with its warning, is the documented
+# behaviour there (asserted in tests/scaling/test_temperature.py).
+@pytest.mark.filterwarnings("ignore:The NLL keeps decreasing as T:UserWarning")
 @parametrize_with_checks(
     [LabelShiftAdapter(TemperatureScaling(device="cpu"))],
     expected_failed_checks=_adapter_expected_failures,

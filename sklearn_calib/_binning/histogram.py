@@ -99,7 +99,8 @@ class HistogramBinning(BaseCalibrator):
         Calibrated value of each bin.
     bin_counts_ : ndarray of shape (n_maps, n_bins)
         Calibration weight that fell in each bin (the number of samples for
-        unit weights); masked
+        unit weights), in the units of ``sample_weight`` (``inf`` where that
+        sum exceeds float64's range); masked
         entries of a class are not counted in its bins.
     classes_ : ndarray of shape (n_classes,)
         Class labels.
@@ -161,9 +162,8 @@ class HistogramBinning(BaseCalibrator):
         check_state_array(
             self, "bin_values_", shape=(n_maps, self.n_bins), low=0.0, high=1.0
         )
-        check_state_array(
-            self, "bin_counts_", shape=(n_maps, self.n_bins), finite=True, low=0.0
-        )
+        # +inf is a count beyond float64 in the caller's units (see _fit).
+        check_state_array(self, "bin_counts_", shape=(n_maps, self.n_bins), low=0.0)
 
     def _edges(self, scores, weights):
         if self.strategy == "uniform" or not np.any(weights > 0):
@@ -200,8 +200,11 @@ class HistogramBinning(BaseCalibrator):
             with np.errstate(divide="ignore", invalid="ignore"):
                 self.bin_values_[m] = np.where(mass > 0, hits / mass, midpoints)
             # The weights were divided by their maximum (for precision): the
-            # counts are reported in the caller's units.
-            self.bin_counts_[m] = mass * sample_weight.max()
+            # counts are reported in the caller's units, where a bin's weight
+            # beyond float64's range (weights near 1e306) is +inf; the fit
+            # itself does not use them.
+            with np.errstate(over="ignore"):
+                self.bin_counts_[m] = mass * sample_weight.max()
 
     def _fit_chunked(self, data):
         """The exact fit from chunks: bin sums, equal-mass edges by selection."""
@@ -256,8 +259,10 @@ class HistogramBinning(BaseCalibrator):
         self.bin_edges_ = edges
         self.bin_values_ = values
         # The chunks' weights were divided by data.weight_unit (a power of
-        # two): the counts are reported in the caller's units, as in memory.
-        self.bin_counts_ = mass * data.weight_unit
+        # two): the counts are reported in the caller's units, as in memory
+        # (+inf beyond float64's range).
+        with np.errstate(over="ignore"):
+            self.bin_counts_ = mass * data.weight_unit
 
     def _calibrated_logits(self, logits):
         proba = probabilities(logits)

@@ -157,7 +157,9 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     free = ~absent
     # Work on logits scaled by beta0 (the temperature solution): then the
     # scale parameter starts at 1 whatever the units of the logits.
-    scaled = logits * beta0
+    # In float64, as the objective computes: float32 logits spread by 1e-40
+    # have a beta0 near 1e40, and their product in float32 would overflow.
+    scaled = np.asarray(logits, dtype=np.float64) * beta0
     theta = np.zeros(k + 1)
     theta[0] = 1.0
     if k > _MAX_CLASSES:

@@ -1,5 +1,8 @@
 """IsotonicCalibration and HistogramBinning against independent references."""
 
+import pickle
+import warnings
+
 import numpy as np
 import pytest
 from scipy.special import logsumexp, softmax
@@ -626,3 +629,27 @@ def _thresholds(iso, k):
 
 def logit(p):
     return np.log(p) - np.log1p(-p)
+
+
+def test_histogram_counts_beyond_float64_are_inf_and_the_fit_persists():
+    # Weights near 1e306 (accepted: the fit divides them by their maximum):
+    # a bin's weight in the caller's units exceeds float64 and is reported as
+    # inf, without numpy's overflow warning; the fit equals the unit-weight
+    # fit and survives a pickle round trip (the state check allows +inf).
+    X, y = make_logits(n_samples=2000, n_classes=3, seed=17)
+    weights = np.random.default_rng(4).uniform(0.5, 1.5, size=y.shape[0])
+    expected = HistogramBinning().fit(X, y, sample_weight=weights)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        huge = HistogramBinning().fit(X, y, sample_weight=weights * 1e306)
+    assert np.isinf(huge.bin_counts_).any()
+    np.testing.assert_allclose(
+        huge.bin_counts_[np.isfinite(huge.bin_counts_)] / 1e306,
+        expected.bin_counts_[np.isfinite(huge.bin_counts_)],
+        rtol=1e-12,
+    )
+    restored = pickle.loads(pickle.dumps(huge))
+    np.testing.assert_array_equal(restored.bin_counts_, huge.bin_counts_)
+    np.testing.assert_allclose(
+        restored.predict_proba(X), expected.predict_proba(X), rtol=1e-12
+    )

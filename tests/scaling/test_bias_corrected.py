@@ -1,5 +1,7 @@
 """Bias-corrected temperature scaling against an independent float64 solve."""
 
+import warnings
+
 import numpy as np
 import pytest
 from scipy.optimize import minimize
@@ -187,3 +189,23 @@ def test_hessian_vector_product_and_many_class_path(monkeypatch):
         cg.fit(np.c_[logits, logits[:, 0] - 1.0], y)
     assert cg.temperature_ == pytest.approx(exact.temperature_, rel=1e-7)
     np.testing.assert_allclose(cg.intercept_, exact.intercept_, atol=1e-7)
+
+
+def test_float32_logits_spread_by_1e_40_fit_as_their_units():
+    # The fit is scale-free: logits c * z give the map of z (scale beta / c).
+    # Spread by 1e-40 in float32, the temperature start beta0 is near 1e40,
+    # and the scaled logits overflowed float32 (inf, a stalled solve with a
+    # ConvergenceWarning and probabilities 1e-2 off); they are scaled in
+    # float64, as the objective computes.
+    X, y = make_logits(n_samples=400, n_classes=4, seed=3)
+    scale = 1e-40 / np.abs(X).max()
+    tiny = (X * scale).astype(np.float32)
+    reference = BiasCorrectedTemperatureScaling(device="cpu").fit(
+        tiny.astype(np.float64), y
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow, the stalled solve
+        fitted = BiasCorrectedTemperatureScaling(device="cpu").fit(tiny, y)
+    np.testing.assert_allclose(
+        fitted.predict_proba(tiny), reference.predict_proba(tiny), rtol=1e-5
+    )
