@@ -700,10 +700,14 @@ def test_platt_separable_scores_from_chunks_equal_in_memory():
     score = np.where(y == 1, 1.0, -1.0) * (1.0 + rng.random(400))
     X = np.column_stack([np.zeros(400), score])
     params = {"device": "cpu", "smooth_targets": False}
-    with pytest.warns(UserWarning, match="1 are separated from every other"):
+    with pytest.warns(UserWarning) as expected_warnings:
         expected = PlattScaling(**params).fit(X, y)
-    with pytest.warns(UserWarning, match="1 are separated from every other"):
+    with pytest.warns(UserWarning) as fitted_warnings:
         fitted = PlattScaling(**params).fit_chunks(random_chunks(X, y))
+    for record in (expected_warnings, fitted_warnings):
+        messages = " | ".join(str(w.message) for w in record)
+        assert "1 are separated from every other" in messages
+        assert "logits separate the calibration samples" in messages
     for estimator in (expected, fitted):
         true_class = estimator.predict_proba(X)[np.arange(400), y]
         assert true_class.min() > 1 - 1e-6
