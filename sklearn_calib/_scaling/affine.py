@@ -196,7 +196,8 @@ class AffineCalibrator(BaseCalibrator):
                 stacklevel=4,
             )
         penalised = self._is_penalised()
-        # A fit over chunks does not keep its final loss.
+        # The loss sums exact terms minus the labels' part, so near 0 it can
+        # round below 0 (-7e-13 seen over chunks): shown as 0.
         loss = getattr(result, "loss", None)
         if loss is not None and loss < SEPARATED_LOSS and not penalised:
             remedy = (
@@ -206,7 +207,7 @@ class AffineCalibrator(BaseCalibrator):
             )
             warnings.warn(
                 f"{name}: the calibrated logits separate the calibration "
-                f"samples (mean NLL {loss:.1e} on them), so the likelihood "
+                f"samples (mean NLL {max(loss, 0.0):.1e} on them), so the likelihood "
                 "has no finite optimum and the fit stopped on a ray where it "
                 "was still improving; its predictions on new data are "
                 f"overconfident and depend on where it stopped. {remedy} or "
