@@ -8,12 +8,13 @@ written again after the move, when the temperature solver gained Halley steps
 and a two-stage warm start (issue 21): that moved float32 predictions of the
 temperature-based fits by at most 3.6e-7 and changed no other fit (measured
 per key against the first file; the figures are in the closing note of that
-session). BiasCorrectedTemperatureScaling came later and is not pinned here. Written a third
-time on another machine after the single affine solver of issue 20, with the
-CPU and thread count now stored: on that machine the code of be1b691 (before
-the solver change) and the new code gave bit-identical predictions for every
-key, chunked vector and Platt scaling included; the differences to the second
-file (up to 1e-6, SMART's 2.2e-2) are the machine's.
+session). BiasCorrectedTemperatureScaling came later and is not pinned
+here. Written a third time on another machine after the single affine solver
+of issue 20, with the CPU and thread count now stored: on that machine the
+code of be1b691 (before the solver change) and the new code gave
+bit-identical predictions for every key, chunked vector and Platt scaling
+included; the differences to the second file (up to 1e-6, SMART's 2.2e-2)
+are the machine's.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or
