@@ -316,6 +316,13 @@ finite_logits = arrays(
 )
 
 
+# Hypothesis draws degenerate logits (say two distinct values, 1 and 5e-184,
+# in a column of zeros) on which a temperature inside a composite fit has no
+# finite optimum and stops at max_iter with its ConvergenceWarning: the
+# properties checked here hold wherever a solver stops.
+@pytest.mark.filterwarnings(
+    "ignore:.*did not converge:sklearn.exceptions.ConvergenceWarning"
+)
 @pytest.mark.parametrize("cls", CALIBRATORS, ids=IDS)
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(X=finite_logits, seed=st.integers(0, 2**16))
