@@ -328,6 +328,10 @@ def test_masked_logits_keep_zero_probability():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
 
 
+# loky reports a process worker that its idle timeout stopped while jobs were
+# queued (seen once in CI on a loaded machine); it restarts the worker and the
+# folds' results are checked below either way.
+@pytest.mark.filterwarnings("ignore:A worker stopped while some jobs:UserWarning")
 @pytest.mark.parametrize("backend", ["loky", "threading"])
 def test_parallel_folds_give_the_sequential_choice(backend):
     # n_jobs runs the (candidate, split) fits in joblib workers (torch on
