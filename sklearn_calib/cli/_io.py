@@ -192,7 +192,9 @@ def _pt_refusal(exc):
     opcode it does not know (a file not written by ``torch.save``).
     """
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+    # Recent torch says "Unsupported global: GLOBAL name", torch 2.2
+    # "Unsupported class name" (seen in CI's floors stage).
+    found = re.search(r"Unsupported (?:global: GLOBAL|class) ([\w.]+)", text)
     if found:
         return (
             f"it needs {found.group(1)}, which torch does not allow (store "
@@ -205,7 +207,7 @@ def _pt_refusal(exc):
             f"pickle opcode {found.group(1)} is not allowed; the file was not "
             "written by torch.save (a plain pickle, or not a pickle at all)"
         )
-    return f"{type(exc).__name__}: {' '.join(text.split())[:300]}"
+    return f"{type(exc).__name__}: {' '.join(text.split())[:200]}"
 
 
 def read_table(path):
