@@ -294,8 +294,16 @@ def expected_failed_checks(estimator):
 
 
 def make_fast(estimator_class):
-    """An instance of ``estimator_class`` with its fast test parameters."""
-    return estimator_class(**FAST_PARAMS[estimator_class.__name__])
+    """An instance of ``estimator_class`` with its fast test parameters.
+
+    Estimator-valued parameters are cloned: a test that sets a nested
+    parameter (``base__device="cuda"``) must not change the shared table for
+    the tests that run after it in the same process.
+    """
+    from sklearn.base import clone
+
+    params = FAST_PARAMS[estimator_class.__name__]
+    return estimator_class(**{k: clone(v, safe=False) for k, v in params.items()})
 
 
 def make_logits(
