@@ -1098,10 +1098,7 @@ def _vector_rows(logits, codes, weights):
     if logits.shape[0]:
         check_true_class_unmasked(logits, codes, weights, of=" of a chunk")
     mask = mask_of(logits)
-    features = np.array(logits, dtype=np.float64)
-    if mask is not None:
-        features[mask] = 0.0
-    return features, codes, weights, mask
+    return zero_masked(logits, mask), codes, weights, mask
 
 
 def _platt_rows(logits, codes, weights, *, targets):

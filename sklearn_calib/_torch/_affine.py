@@ -709,7 +709,7 @@ def fit_affine_chunks(
     prepare,
     n_classes,
     *,
-    beta=None,
+    beta,
     frozen=None,
     hold_bias_mean=False,
     max_iter=1000,

@@ -52,9 +52,8 @@ def affine_chunk_sums(
     prepare,
     n_classes,
     what,
-    theta=None,
+    theta,
     frozen=None,
-    beta=None,
 ):
     """``[W, W * (the objective's means of one chunk)]``, W its total weight.
 
@@ -110,18 +109,21 @@ class ChunkedAffineObjective(AffineConstraints):
         A chunk to the problem's rows (see the module docstring).
     n_classes : int
         Columns of the prepared features.
-    with_hessian : bool
-        Newton's passes: every evaluation also sums the Hessian, which
-        ``hessian`` then returns for the same point without another pass
-        (a Newton step needs both at the point the line search accepted).
+
+    Attributes
+    ----------
+    with_hessian : bool, default False
+        Set by the solver for Newton: every evaluation then also sums the
+        Hessian, which ``hessian`` returns for the same point without another
+        pass (a Newton step needs both at the point the line search accepted).
     """
 
     kind = "vector"
     dtype = torch.float64
 
-    def __init__(self, reduce, prepare, n_classes, with_hessian=False):
+    def __init__(self, reduce, prepare, n_classes):
         self.reduce = reduce
-        self.with_hessian = with_hessian
+        self.with_hessian = False
         self._last_hessian = None
         self.prepare = prepare
         self.n_classes = n_classes
