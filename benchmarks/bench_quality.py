@@ -35,6 +35,13 @@ QUICK_SETS = [
 METRICS = ["ECE %", "AdaECE %", "cwECE %", "NLL", "Brier", "acc %"]
 
 
+def sample_nll(y, proba):
+    """Per-sample ``-log q_{i, y_i}``, clipped as the library's log_loss."""
+    eps = np.finfo(np.float64).eps
+    true = np.asarray(proba, dtype=np.float64)[np.arange(len(y)), y]
+    return -np.log(np.clip(true, eps, 1 - eps))
+
+
 def score(y, proba):
     from sklearn_calib.metrics import (
         adaptive_calibration_error,
@@ -247,6 +254,7 @@ def evaluate_set(name, *, quick, only=None):
             "status": "ok",
             "fit_seconds": 0.0,
             **score(y_test, _softmax(data["logits_test"])),
+            "_nll": sample_nll(y_test, _softmax(data["logits_test"])),
         }
     ]
     our_methods = ours()
@@ -264,6 +272,7 @@ def evaluate_set(name, *, quick, only=None):
                 "status": "ok",
                 "fit_seconds": seconds,
                 **score(y_test, proba),
+                "_nll": sample_nll(y_test, proba),
             }
         )
     peers = {k: PEERS[k] for k in QUICK_PEERS} if quick else PEERS
@@ -288,6 +297,7 @@ def evaluate_set(name, *, quick, only=None):
                 "status": "ok",
                 "fit_seconds": seconds,
                 **score(y_test, proba),
+                "_nll": sample_nll(y_test, proba),
             }
         )
     return {"set": name, "shape_val": list(data["logits_val"].shape), "rows": rows}
@@ -355,7 +365,126 @@ def summary(results, reference="TemperatureScaling"):
     ]
 
 
-def to_markdown(results, checks, info, quick):
+# Kinds of model of the public sets (PROVENANCE.md), for the per-kind means.
+KINDS = {
+    "agnews_gpt2_0shot": "LLM answers / zero-shot",
+    "llmub_": "LLM answers / zero-shot",
+    "pneumoniamnist": "small medical",
+    "kundajelab": "label shift",
+    "c10_": "vision",
+    "c100_": "vision",
+    "mnist_": "vision",
+    "imdb_": "text and tabular",
+    "beans_": "text and tabular",
+    "digits_": "text and tabular",
+}
+
+
+def kind_of(name):
+    return next((k for prefix, k in KINDS.items() if name.startswith(prefix)), "other")
+
+
+def paired_noise(results, references=("TemperatureScaling", "raw logits")):
+    """Add to each row its test NLL minus each reference's and the standard
+    error of that paired difference over the test rows (the test split's
+    sampling noise); drop the per-sample losses."""
+    for result in results:
+        rows = {r["method"]: r for r in result["rows"] if r["status"] == "ok"}
+        for row in rows.values():
+            for ref in references:
+                if ref in rows:
+                    d = row["_nll"] - rows[ref]["_nll"]
+                    row[f"NLL - {ref}"] = float(d.mean())
+                    row[f"SE vs {ref}"] = float(d.std(ddof=1) / np.sqrt(len(d)))
+        for row in result["rows"]:
+            row.pop("_nll", None)
+
+
+def versus(results, method):
+    """``method`` head to head: means by kind, wins on both metrics at once
+    against every other method, and its worst sets against TS and raw."""
+    by_set = {
+        r["set"]: {row["method"]: row for row in r["rows"] if row["status"] == "ok"}
+        for r in results
+    }
+    methods = sorted({m for rows in by_set.values() for m in rows})
+    lines = [f"## {method} head to head\n"]
+    kinds = sorted({kind_of(name) for name in by_set})
+    table = []
+    for m in methods:
+        cells = [m]
+        for kind in [*kinds, "all"]:
+            vals = [
+                rows[m]
+                for name, rows in by_set.items()
+                if m in rows and (kind == "all" or kind_of(name) == kind)
+            ]
+            cells.append(
+                f"{np.mean([v['ECE %'] for v in vals]):.2f} / "
+                f"{np.mean([v['NLL'] for v in vals]):.4f} ({len(vals)})"
+                if vals
+                else ""
+            )
+        table.append(cells)
+    lines.append(
+        "Mean test ECE % / NLL (number of sets) by kind of model.\n\n"
+        + markdown_table(["method", *kinds, "all"], table)
+    )
+    table = []
+    for other in methods:
+        if other == method:
+            continue
+        pairs = [
+            (rows[method], rows[other])
+            for rows in by_set.values()
+            if method in rows and other in rows
+        ]
+        both_lower = sum(
+            a["ECE %"] < b["ECE %"] and a["NLL"] < b["NLL"] for a, b in pairs
+        )
+        both_higher = sum(
+            a["ECE %"] > b["ECE %"] and a["NLL"] > b["NLL"] for a, b in pairs
+        )
+        ece = sum(a["ECE %"] < b["ECE %"] for a, b in pairs)
+        nll = sum(a["NLL"] < b["NLL"] for a, b in pairs)
+        table.append([other, len(pairs), ece, nll, both_lower, both_higher])
+    lines.append(
+        f"Sets where {method} is lower than each method (ECE, NLL, both at "
+        "once), and where it is higher on both.\n\n"
+        + markdown_table(
+            ["against", "sets", "ECE lower", "NLL lower", "both lower", "both higher"],
+            table,
+        )
+    )
+    table = []
+    for ref in ("TemperatureScaling", "raw logits"):
+        excess = [
+            (rows[method][f"NLL - {ref}"], rows[method][f"SE vs {ref}"], name)
+            for name, rows in by_set.items()
+            if method in rows and f"NLL - {ref}" in rows[method]
+        ]
+        if not excess:
+            continue
+        worst = max(excess)
+        beyond = [name for d, se, name in excess if d > 2 * se]
+        table.append(
+            [
+                ref,
+                f"{worst[0]:+.4f} ± {worst[1]:.4f} ({worst[2]})",
+                f"{len(beyond)} of {len(excess)}"
+                + (f": {', '.join(beyond)}" if beyond else ""),
+            ]
+        )
+    lines.append(
+        f"{method}'s worst test NLL against temperature scaling and the raw "
+        "model (± the standard error of the paired difference over the test "
+        "rows), and the sets where it is higher by more than twice that.\n\n"
+        + markdown_table(["against", "worst NLL excess", "beyond 2 SE"], table)
+    )
+    return lines
+
+
+def to_markdown(results, checks, info, quick, versus_method=None):
     lines = [
         "# Calibration quality on real logits\n",
         f"Fit on val, scored on test. ECE variants use 15 bins, in %. NLL is the "
@@ -370,6 +499,8 @@ def to_markdown(results, checks, info, quick):
         "",
     ]
     lines += summary(results)
+    if versus_method:
+        lines += versus(results, versus_method)
     for result in results:
         ok = [r for r in result["rows"] if r["status"] == "ok"]
         best = {m: (max if m == "acc %" else min)(r[m] for r in ok) for m in METRICS}
@@ -402,6 +533,15 @@ def main(argv=None):
     parser.add_argument(
         "--sets", default=None, help="comma-separated name fragments of the sets"
     )
+    parser.add_argument(
+        "--versus",
+        default=None,
+        help="a method to compare head to head: means by kind of model, wins "
+        "on both metrics at once, worst NLL against TS and raw with its noise",
+    )
+    parser.add_argument(
+        "--name", default="bench_quality", help="stem of the result files"
+    )
     args = parser.parse_args(argv)
     names = [n for n in public_sets() if not args.quick or n in QUICK_SETS]
     names = _selected(names, args.sets)
@@ -409,13 +549,14 @@ def main(argv=None):
         print("no public sets found in ../shared/data: nothing to benchmark")
         return
     results = [evaluate_set(name, quick=args.quick, only=args.only) for name in names]
+    paired_noise(results)
     checks = published_checks(results)
     info = machine_info()
     payload = {"machine": info, "results": results, "checks": checks}
     write_results(
-        "bench_quality",
+        args.name,
         payload,
-        to_markdown(results, checks, info, args.quick),
+        to_markdown(results, checks, info, args.quick, args.versus),
         args.out,
     )
 

@@ -9,7 +9,7 @@ from sklearn.base import clone
 from .._meta.cross_validation import cv_splits, partitions, with_code_classes
 from .._meta.selector import CalibratorSelector
 from ..base import BaseCalibrator
-from ..utils._compat import HasMethods, Interval, check_is_fitted
+from ..utils._compat import HasMethods, Interval, StrOptions, check_is_fitted
 from ..utils._fitted_state import (
     check_state_array,
     check_state_calibrator,
@@ -21,12 +21,26 @@ from ..utils._math import log_softmax
 from ..utils._validation import check_device
 from .features import logit_margins
 
+# alpha="auto" is a Gaussian prior on the knot values of fixed strength: a
+# penalty AUTO_ALPHA_ROWS / n on a mean NLL is that prior's MAP, so the pull
+# toward the base map grows as the calibration set shrinks (1e-2 at 5,000
+# rows, the former fixed default; 0.5 at 100 rows).
+AUTO_ALPHA_ROWS = 50.0
+
 
 def _default_base():
     from .._scaling.affine import MatrixScaling
+    from .._scaling.structured import StructuredMatrixScaling, StructuredVectorScaling
     from .._scaling.temperature import TemperatureScaling
 
-    return CalibratorSelector([TemperatureScaling(), MatrixScaling()])
+    return CalibratorSelector(
+        [
+            TemperatureScaling(),
+            StructuredVectorScaling(),
+            StructuredMatrixScaling(),
+            MatrixScaling(),
+        ]
+    )
 
 
 def _weighted_quantiles(values, weights, levels):
@@ -75,11 +89,15 @@ class MarginTemperatureScaling(BaseCalibrator):
     under-confidence at high ones, say). There is no random initialisation:
     the same data give the same fit.
 
-    By default the base map is chosen by cross-validated NLL between
-    :class:`TemperatureScaling` and :class:`MatrixScaling` (a
-    :class:`CalibratorSelector`): matrix scaling where the calibration set is
-    large enough for its :math:`K^2 + K` parameters, temperature scaling
-    where it overfits.
+    By default the base map is chosen by cross-validated NLL among
+    :class:`TemperatureScaling`, :class:`StructuredVectorScaling`,
+    :class:`StructuredMatrixScaling` and :class:`MatrixScaling` (a
+    :class:`CalibratorSelector`): the less flexible maps where the
+    calibration set is too small for more parameters, and the same folds
+    give the out-of-fold predictions the temperature is fitted on. The ridge
+    penalty defaults to a prior of fixed strength, ``50 / n`` for ``n``
+    (effective) calibration rows, so the margin temperature falls back to the
+    base map as the calibration set shrinks.
 
     Parameters
     ----------
@@ -87,7 +105,8 @@ class MarginTemperatureScaling(BaseCalibrator):
         The first map, cloned at fit: any calibrator of this library (or any
         estimator over logits with ``fit(X, y, sample_weight)`` and
         ``transform`` returning log-probabilities). ``None`` means
-        ``CalibratorSelector([TemperatureScaling(), MatrixScaling()])``.
+        ``CalibratorSelector([TemperatureScaling(), StructuredVectorScaling(),
+        StructuredMatrixScaling(), MatrixScaling()])``.
     cv : int, cross-validation generator, iterable or None, default=5
         Where the temperature's training data come from: the base's
         out-of-fold log-probabilities over these splits (stratified folds for
@@ -104,10 +123,14 @@ class MarginTemperatureScaling(BaseCalibrator):
     ece_weight : float, default=1.0
         Weight :math:`\lambda` of the smooth ECE against the NLL. ``0`` fits
         the NLL only.
-    alpha : float, default=1e-2
+    alpha : float or "auto", default="auto"
         Ridge penalty on the knot values. Without it a margin range whose
         calibration samples are all correct drives its temperature to 0
         (certainty), which costs dearly on the first test error there.
+        ``"auto"`` is ``50 / n_eff`` with ``n_eff = (sum w)^2 / sum w^2`` the
+        effective number of calibration rows (Kish): a Gaussian prior on
+        :math:`u` of fixed strength, whose pull toward the base map grows as
+        the calibration set shrinks (``1e-2`` at 5,000 rows).
     n_bins : int, default=15
         Number of soft bins of the smooth ECE, centred at
         ``(b - 1/2) / n_bins``.
@@ -137,6 +160,8 @@ class MarginTemperatureScaling(BaseCalibrator):
         The knots :math:`t_j` (margins of the base log-probabilities).
     log_inverse_temperature_ : ndarray of shape (n_knots_,)
         The fitted :math:`u_j = \log\beta(t_j) = -\log T(t_j)`.
+    alpha_ : float
+        The ridge penalty used (``alpha``, or its ``"auto"`` value).
     loss_ : float
         The final value of the objective.
     n_iter_ : int
@@ -190,7 +215,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         "n_knots": [Interval(Integral, 1, None, closed="left")],
         "cv": ["cv_object", None],
         "ece_weight": [Interval(Real, 0, None, closed="left")],
-        "alpha": [Interval(Real, 0, None, closed="left")],
+        "alpha": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "n_bins": [Interval(Integral, 1, None, closed="left")],
         "sigma": [Interval(Real, 0, None, closed="neither")],
         "delta": [Interval(Real, 0, None, closed="left")],
@@ -205,7 +230,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         *,
         n_knots=8,
         ece_weight=1.0,
-        alpha=1e-2,
+        alpha="auto",
         n_bins=15,
         sigma=0.05,
         delta=1e-3,
@@ -271,6 +296,11 @@ class MarginTemperatureScaling(BaseCalibrator):
             return to_tensor(array, torch_device)
 
         shifted = log_proba - log_proba.max(axis=1, keepdims=True)
+        alpha = self.alpha
+        if alpha == "auto":
+            n_eff = sample_weight.sum() ** 2 / np.dot(sample_weight, sample_weight)
+            alpha = AUTO_ALPHA_ROWS / float(n_eff)
+        self.alpha_ = float(alpha)
         fit = fit_margin_temperature(
             tensor(shifted),
             tensor(y.astype(np.int64)),
@@ -279,7 +309,7 @@ class MarginTemperatureScaling(BaseCalibrator):
             tensor(right_weight),
             self.knots_.shape[0],
             ece_weight=self.ece_weight,
-            alpha=self.alpha,
+            alpha=self.alpha_,
             n_bins=self.n_bins,
             sigma=self.sigma,
             delta=self.delta,
@@ -303,6 +333,7 @@ class MarginTemperatureScaling(BaseCalibrator):
             finite=True,
         )
         check_state_float(self, "loss_")
+        check_state_float(self, "alpha_", low=0.0)
         check_state_int(self, "n_iter_")
         check_state_calibrator(self, "base_", n_features=len(self.classes_))
 

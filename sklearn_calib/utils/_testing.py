@@ -27,8 +27,11 @@ FAST_PARAMS = {
     # cross-validates matrix scaling; tests/margin/test_composite.py covers cv), and
     # weighted and repeated rows then share their folds; tight tol for the
     # weight checks.
+    # A fixed alpha: "auto" scales with the effective number of rows, which
+    # integer weights and repeated rows do not share (as the structured maps).
     "MarginTemperatureScaling": {
         "base": TemperatureScaling(device="cpu"),
+        "alpha": 1e-2,
         "cv": None,
         "device": "cpu",
         "tol": 1e-10,

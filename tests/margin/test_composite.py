@@ -25,6 +25,8 @@ from sklearn_calib import (
     SMART,
     MarginTemperatureScaling,
     MatrixScaling,
+    StructuredMatrixScaling,
+    StructuredVectorScaling,
     TemperatureScaling,
     VectorScaling,
 )
@@ -153,8 +155,11 @@ def test_soft_ece_term_matches_smart_kernel():
 def test_knots_are_weighted_quantiles_and_weights_equal_repeats():
     X, y = _skewed_logits(n_samples=600, seed=4)
     weights = np.random.default_rng(0).integers(0, 4, size=len(y))
-    weighted = _mts(tol=1e-10).fit(X, y, sample_weight=weights)
-    repeated = _mts(tol=1e-10).fit(np.repeat(X, weights, 0), np.repeat(y, weights))
+    # a fixed alpha: "auto" counts effective rows, which differ here
+    weighted = _mts(alpha=1e-2, tol=1e-10).fit(X, y, sample_weight=weights)
+    repeated = _mts(alpha=1e-2, tol=1e-10).fit(
+        np.repeat(X, weights, 0), np.repeat(y, weights)
+    )
     np.testing.assert_array_equal(weighted.knots_, repeated.knots_)
     log_proba = repeated.base_.transform(np.repeat(X, weights, 0))
     top2 = np.sort(log_proba, axis=1)[:, -2:]
@@ -235,12 +240,18 @@ def test_default_base_chooses_and_predicts_out_of_fold_on_the_same_splits():
     mts = MarginTemperatureScaling(device="cpu").fit(X, y)
     selector = mts.base_
     names = selector.cv_results_["calibrator"].tolist()
-    assert names == ["TemperatureScaling()", "MatrixScaling()"]
+    candidates = [
+        TemperatureScaling(),
+        StructuredVectorScaling(),
+        StructuredMatrixScaling(),
+        MatrixScaling(),
+    ]
+    assert names == [repr(c) for c in candidates]
     splits = list(StratifiedKFold(5).split(X, y))
     assert selector.n_splits_ == 5
     for (_, test), (_, own_test) in zip(splits, selector.cv, strict=True):
         np.testing.assert_array_equal(test, own_test)
-    winner = [TemperatureScaling(), MatrixScaling()][selector.best_index_]
+    winner = candidates[selector.best_index_]
     oof = np.empty(X.shape)
     for train, test in splits:
         oof[test] = _fit_on(winner, X, y, train).transform(X[test])
@@ -277,9 +288,9 @@ def test_cv_sample_weights_equal_repeated_rows():
 
     def fit(X, y, groups, **kwargs):
         splits = list(LeaveOneGroupOut().split(X, y, groups))
-        return _mts(VectorScaling(device="cpu"), cv=splits, tol=1e-10).fit(
-            X, y, **kwargs
-        )
+        # a fixed alpha: "auto" counts effective rows, which differ here
+        base = VectorScaling(device="cpu")
+        return _mts(base, cv=splits, alpha=1e-2, tol=1e-10).fit(X, y, **kwargs)
 
     weighted = fit(X, y, groups_w, sample_weight=sw)
     repeated = fit(X_r, y_r, groups_r)
