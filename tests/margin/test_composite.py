@@ -244,7 +244,6 @@ def test_default_base_chooses_and_predicts_out_of_fold_on_the_same_splits():
         TemperatureScaling(),
         StructuredVectorScaling(),
         StructuredMatrixScaling(),
-        MatrixScaling(),
     ]
     assert names == [repr(c) for c in candidates]
     splits = list(StratifiedKFold(5).split(X, y))
@@ -256,9 +255,8 @@ def test_default_base_chooses_and_predicts_out_of_fold_on_the_same_splits():
     for train, test in splits:
         oof[test] = _fit_on(winner, X, y, train).transform(X[test])
     on_oof = _mts(_Passthrough()).fit(oof, y)
-    # The selector's MatrixScaling folds start from its fit on all the rows
-    # (the same convex optimum by another path): equal to the solvers'
-    # tolerance (4e-7 measured), not to rounding.
+    # The same folds and fits: equal to the solvers' tolerance, not to
+    # rounding.
     np.testing.assert_allclose(
         mts.log_inverse_temperature_, on_oof.log_inverse_temperature_, atol=1e-5
     )
