@@ -200,6 +200,7 @@ def main(argv=None):
         help="method name fragments (temperature scaling always runs)",
     )
     parser.add_argument("--out", default=None, help="output folder")
+    parser.add_argument("--name", default="bench_small_n", help="result file stem")
     args = parser.parse_args(argv)
     sizes = [int(s) for s in args.sizes.split(",")]
     names = _selected(public_sets(), args.sets)
@@ -217,7 +218,7 @@ def main(argv=None):
     info = machine_info()
     payload = {"machine": info, "sizes": sizes, "draws": args.draws, "rows": rows}
     write_results(
-        "bench_small_n",
+        args.name,
         payload,
         to_markdown(rows, sizes, args.draws, list(factories), info),
         args.out,

@@ -16,7 +16,8 @@ bit-identical predictions for every key, chunked vector and Platt scaling
 included; the differences to the second file (up to 1e-6, SMART's 2.2e-2)
 are the machine's. The two MarginTemperatureScaling keys were written again
 when its defaults changed (issue 26: the structured maps among the base's
-candidates, alpha="auto"), on the same build, every other key kept.
+candidates, alpha="auto", the one-standard-error choice), on the same build,
+every other key kept.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or
