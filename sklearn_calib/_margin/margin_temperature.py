@@ -180,10 +180,11 @@ class MarginTemperatureScaling(BaseCalibrator):
 
     Notes
     -----
-    Measured on the 15 public real-logit sets (fit on val, score on test; the
-    user guide has the table and the command), the defaults reach a lower
-    mean test ECE than :class:`SMART` and a lower mean test NLL than
-    matrix scaling and Dirichlet calibration, with no seed to vary.
+    Measured on the 20 public real-logit sets (fit on val, score on test; the
+    choosing guide has the table and the command), the defaults reach a mean
+    test ECE of 1.71 % (temperature scaling 3.06 %, :class:`SMART` 1.64 %)
+    and a mean NLL of 0.5352 (temperature scaling 0.5964, the
+    :class:`CalibratorSelector` default 0.5351), with no seed to vary.
 
     References
     ----------
