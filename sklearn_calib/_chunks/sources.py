@@ -30,9 +30,9 @@ from ..utils._validation import check_labels_per_row, computed_dtype
 from .graph import reduction_graph
 
 # Rows per chunk when a memmap or .npy array is split: about this many bytes of
-# float64 work per chunk (``default_chunk_rows``), so that the chunks in flight (one or two per thread) and their
-# temporaries stay far below a gigabyte, while a pass over 4 GB is a few
-# hundred tasks.
+# float64 work per chunk (``default_chunk_rows``), so that the chunks in flight
+# (one or two per thread) and their temporaries stay far below a gigabyte,
+# while a pass over 4 GB is a few hundred tasks.
 DEFAULT_CHUNK_BYTES = 2**24
 
 
