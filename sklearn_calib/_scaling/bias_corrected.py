@@ -145,7 +145,8 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     beyond, it is solved by conjugate gradients on Hessian-vector products
     (scipy's Newton-CG), in the same subspace. Returns a dict with ``beta``,
     ``bias``, ``loss``, ``gradient`` (largest entry of the projected
-    gradient), ``n_iter``, ``status`` ("converged", "max_iter" or "stalled")
+    gradient), ``n_iter``, ``status`` ("converged", "max_iter", "stalled", or
+    "overflow" where the objective's terms overflow float64)
     and ``n_absent`` (classes without samples, held at the start).
     """
     k = logits.shape[1]
@@ -168,13 +169,21 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     index = np.concatenate([[0], 1 + np.flatnonzero(free)])
 
     def evaluate(point, hessian=True):
-        return bcts_objective(
-            scaled, y, weights, point[0], point[1:], mask=mask, hessian=hessian
-        )
+        # Logits whose temperature solution is extreme (a gap of 1e-284 next
+        # to a gap of 1: beta0 ~ 1e284) can overflow the squared terms of
+        # the Hessian; such a point is reported, not silently used.
+        with np.errstate(over="ignore", invalid="ignore"):
+            return bcts_objective(
+                scaled, y, weights, point[0], point[1:], mask=mask, hessian=hessian
+            )
 
     loss, grad, hess = evaluate(theta)
     status = "max_iter"
     n_iter = 0
+    if not _all_finite(loss, grad, hess):
+        # The temperature-scaling solution, as the start: nothing better is
+        # computable in float64 here.
+        return _bcts_result(theta, beta0, loss, np.inf, 0, "overflow", absent)
     reduced = basis.T @ grad[index]
     while True:
         # The gradient in the constraint subspace, back in parameter units.
@@ -191,9 +200,10 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
         except np.linalg.LinAlgError:
             step = -reduced
         direction = np.zeros(k + 1)
-        direction[index] = basis @ step
-        slope = float(grad @ direction)
-        if not slope < 0:
+        with np.errstate(over="ignore", invalid="ignore"):
+            direction[index] = basis @ step
+            slope = float(grad @ direction)
+        if not (slope < 0 and np.isfinite(direction).all()):
             direction[index] = -(basis @ reduced)
             slope = float(grad @ direction)
         noise = 64 * np.finfo(np.float64).eps * max(1.0, abs(loss))
@@ -210,14 +220,31 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
         if accepted is None:
             status = "stalled"
             break
+        previous = theta, loss, projected
         theta = accepted[1][1]
         loss, grad, hess = evaluate(theta)
+        if not _all_finite(loss, grad, hess):
+            theta, loss, projected = previous
+            return _bcts_result(
+                theta, beta0, loss, projected, n_iter, "overflow", absent
+            )
         reduced = basis.T @ grad[index]
+    gradient = float(np.abs(basis @ reduced).max())
+    return _bcts_result(theta, beta0, loss, gradient, n_iter, status, absent)
+
+
+def _all_finite(loss, grad, hess):
+    return bool(
+        np.isfinite(loss) and np.isfinite(grad).all() and np.isfinite(hess).all()
+    )
+
+
+def _bcts_result(theta, beta0, loss, gradient, n_iter, status, absent):
     return {
         "beta": theta[0] * beta0,
         "bias": theta[1:],
         "loss": loss,
-        "gradient": float(np.abs(basis @ reduced).max()),
+        "gradient": gradient,
         "n_iter": n_iter,
         "status": status,
         "n_absent": int(absent.sum()),
@@ -412,7 +439,17 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
                 UserWarning,
                 stacklevel=4,
             )
-        if result["status"] != "converged":
+        if result["status"] == "overflow":
+            warnings.warn(
+                f"{name} did not converge (overflow): at the temperature-scaling "
+                f"solution (T = {temperature.temperature_:.3g}) the objective's "
+                "terms overflow float64 (the logits' gaps span hundreds of orders "
+                "of magnitude); the fit stopped after "
+                f"{result['n_iter']} Newton iterations.",
+                ConvergenceWarning,
+                stacklevel=4,
+            )
+        elif result["status"] != "converged":
             warnings.warn(
                 f"{name} did not converge ({result['status']}) in "
                 f"max_iter={self.max_iter} Newton iterations: the largest gradient "

@@ -151,9 +151,9 @@ def fit_inverse_temperature_chunked(sample, reduce, n_rows, *, max_iter=100):
     if not float(weights.max()) > 0:
         weights = torch.ones_like(weights)  # the sample only sets the scales
     weights = weights / weights.max()
-    shifted, prescale, _ = shift_logits(logits)
+    shifted, prescale, masked = shift_logits(logits)
     rows = torch.arange(shifted.shape[0])
-    wide, near = logit_scales(shifted, rows, weights)
+    wide, near = logit_scales(shifted, rows, weights, masked)
     if near is None or not near / prescale > CONSTANT_SCALE:
         return TemperatureFit(1.0, 0, "constant", 0.0), 0
     exponent = round(math.log2(prescale))

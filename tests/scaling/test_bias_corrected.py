@@ -7,6 +7,7 @@ import pytest
 from scipy.optimize import minimize
 from scipy.special import log_softmax as scipy_log_softmax
 from scipy.special import logsumexp
+from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_calib import BiasCorrectedTemperatureScaling, TemperatureScaling
 from sklearn_calib._scaling.bias_corrected import bcts_objective
@@ -209,3 +210,27 @@ def test_float32_logits_spread_by_1e_40_fit_as_their_units():
     np.testing.assert_allclose(
         fitted.predict_proba(tiny), reference.predict_proba(tiny), rtol=1e-5
     )
+
+
+def test_overflowing_objective_is_reported_not_used():
+    # A gap of 1 next to a gap of 2.7e-284: the temperature solution is ~1e240,
+    # and the squared scaled logits of BCTS's Hessian overflow float64 (a
+    # hypothesis draw of test_robustness raised numpy's overflow warning).
+    X = np.zeros((12, 2))
+    X[0, 0], X[1, 0] = 1.0, 2.68968283e-284
+    y = np.array([0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("error", RuntimeWarning)
+        bcts = BiasCorrectedTemperatureScaling(device="cpu").fit(X, y)
+    messages = [str(w.message) for w in caught]
+    assert any("did not converge (overflow)" in m for m in messages), messages
+    proba = bcts.predict_proba(X)
+    assert np.all(np.isfinite(proba))
+    np.testing.assert_allclose(proba.sum(axis=1), 1.0)
+    # The temperature-scaling solution is kept: no bias.
+    np.testing.assert_array_equal(bcts.intercept_, 0.0)
+    # (TemperatureScaling itself crawls on these logits: its own warning.)
+    with pytest.warns(ConvergenceWarning, match="TemperatureScaling did not converge"):
+        temperature = TemperatureScaling(device="cpu").fit(X, y).temperature_
+    assert bcts.temperature_ == temperature
