@@ -30,9 +30,9 @@ from ..utils._validation import check_labels_per_row, computed_dtype
 from .graph import reduction_graph
 
 # Rows per chunk when a memmap or .npy array is split: about this many bytes of
-# logits, so that the chunks in flight (one or two per thread) and their
-# temporaries stay far below a gigabyte, while a pass over 4 GB is a few
-# hundred tasks.
+# float64 work per chunk (``default_chunk_rows``), so that the chunks in flight
+# (one or two per thread) and their temporaries stay far below a gigabyte,
+# while a pass over 4 GB is a few hundred tasks.
 DEFAULT_CHUNK_BYTES = 2**24
 
 
@@ -71,8 +71,21 @@ def _has_dask():
     return True
 
 
+# Bytes that a fit's work on a chunk holds per row besides the row's logits:
+# labels, weights, per-row sums, Platt's two target rows per sample. With two
+# columns of float32 the logits alone would make 2-million-row chunks whose
+# float64 work took 300 MB each (issue 21).
+_ROW_OVERHEAD_BYTES = 64
+
+
 def default_chunk_rows(n_cols, itemsize):
-    return max(1, DEFAULT_CHUNK_BYTES // max(1, n_cols * itemsize))
+    """Rows per chunk: ``DEFAULT_CHUNK_BYTES`` of each row's float64 work.
+
+    A row counts at the float64 width of its logits (the fits compute in
+    float64, whatever the stored dtype) plus ``_ROW_OVERHEAD_BYTES``.
+    """
+    per_row = max(1, n_cols) * max(itemsize, 8) + _ROW_OVERHEAD_BYTES
+    return max(1, DEFAULT_CHUNK_BYTES // per_row)
 
 
 def _as_numpy_labels(y):
