@@ -20,7 +20,9 @@ Parts (``--part``, default all):
   off) and on one thread, alternately, wall and CPU seconds.
 
 Run ``python benchmarks/bench_margin_speed.py [--part smart|margin|selector]
-[--sets a,b] [--seeds 0,1,2,3,4]``; it prints markdown tables.
+[--sets a,b] [--seeds 0,1,2,3,4] [--out DIR]``; it prints markdown tables and,
+with ``--out``, writes each part's table as ``bench_margin_speed_<part>.json``
+and ``.md`` there (``benchmarks/results`` is not written otherwise).
 """
 
 import argparse
@@ -32,7 +34,12 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import load_set, machine_info, markdown_table  # noqa: E402
+from _common import (  # noqa: E402
+    load_set,
+    machine_info,
+    markdown_table,
+    write_results,
+)
 from smart_recipe import fit_smart_recipe  # noqa: E402
 
 SETS = ["c100_resnet56_chenyaofo", "c100_wrn16-4_netcal", "c100_densenetbc100_netcal"]
@@ -220,19 +227,27 @@ def main(argv=None):
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--n-jobs", default="1,2")
+    parser.add_argument("--out", default=None, help="results folder (optional)")
     args = parser.parse_args(argv)
     names = args.sets.split(",")
     print(machine_info())
+    tables = {}
     if args.part in ("all", "smart"):
         seeds = [int(s) for s in args.seeds.split(",")]
-        print(part_smart(names, seeds))
+        tables["smart"] = part_smart(names, seeds)
     if args.part in ("all", "margin"):
-        print(part_margin(names))
+        tables["margin"] = part_margin(names)
     if args.part in ("all", "threads"):
-        print(part_threads(names))
+        tables["threads"] = part_threads(names)
     if args.part in ("all", "selector"):
         n_jobs = [None if j == "none" else int(j) for j in args.n_jobs.split(",")]
-        print(part_selector(names, n_jobs))
+        tables["selector"] = part_selector(names, n_jobs)
+    for part, table in tables.items():
+        if args.out:
+            payload = {"machine": machine_info(), "sets": names, "table": table}
+            write_results(f"bench_margin_speed_{part}", payload, table, args.out)
+        else:
+            print(table)
 
 
 if __name__ == "__main__":
