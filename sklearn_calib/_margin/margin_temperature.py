@@ -357,15 +357,12 @@ class MarginTemperatureScaling(BaseCalibrator):
             # One cross-validation both chooses the candidate and gives its
             # out-of-fold predictions.
             base.set_params(cv=splits)
-            if self.base is None:
-                # The default candidates go from the least to the most
-                # flexible: the simplest within one standard error of the
-                # best cross-validated NLL is kept.
-                base._one_standard_error = True
-            try:
-                oof = base._fit_with_oof(logits, y, sample_weight)
-            finally:
-                base.__dict__.pop("_one_standard_error", None)
+            # The default candidates go from the least to the most flexible:
+            # the simplest within one standard error of the best
+            # cross-validated NLL is kept.
+            oof = base._fit_with_oof(
+                logits, y, sample_weight, one_standard_error=self.base is None
+            )
             self.base_ = base
         else:
             oof = None

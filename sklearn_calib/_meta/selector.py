@@ -405,17 +405,20 @@ class CalibratorSelector(BaseCalibrator):
         if oof is not None:
             self._oof = oof
 
-    def _fit_with_oof(self, X, y, sample_weight=None):
+    def _fit_with_oof(self, X, y, sample_weight=None, *, one_standard_error=False):
         """:meth:`fit`, returning the chosen candidate's out-of-fold log-probas.
 
         None where there are none (see ``_select``). They are handed over,
-        not kept: the fitted state stays small.
+        not kept: the fitted state stays small. With ``one_standard_error``,
+        the candidates (listed from the least to the most flexible) are
+        chosen by :func:`_one_standard_error_choice`.
         """
         self._keep_oof = True
+        self._one_standard_error = one_standard_error
         try:
             self.fit(X, y, sample_weight=sample_weight)
         finally:
-            del self._keep_oof
+            del self._keep_oof, self._one_standard_error
         return self.__dict__.pop("_oof", None)
 
     def _select(self, logits, y, sample_weight, splits, *, keep_oof=False):
