@@ -335,6 +335,41 @@ def test_true_class_masked_raises():
         _mts().fit(X, y)
 
 
+def test_stops_at_the_optimum_not_where_float64_values_stop_improving():
+    # scikit-learn's weight check data: 30 columns, 3 labels, margins near 0.
+    # L-BFGS-B stops there when values stop improving in float64 (gradient
+    # about 8e-9), where the path, hence the summation order, decides;
+    # Newton steps on the exact Hessian take both fits to the optimum.
+    rng = np.random.RandomState(42)
+    X = rng.rand(15, 30)
+    y = rng.randint(0, 3, size=15)
+    w = rng.randint(0, 5, size=15)
+    weighted = _mts(alpha=1e-2, tol=1e-10).fit(X, y, sample_weight=w)
+    repeated = _mts(alpha=1e-2, tol=1e-10).fit(
+        np.repeat(X, w, axis=0)[::-1], np.repeat(y, w)[::-1]
+    )
+    np.testing.assert_allclose(
+        weighted.log_inverse_temperature_,
+        repeated.log_inverse_temperature_,
+        rtol=0,
+        atol=1e-13,
+    )
+    log_proba = _log_softmax(weighted.base_.transform(X))
+    args = (log_proba, y, weighted.knots_, 1.0, 1e-2)
+    # the numpy objective on the repeated rows: its central-difference
+    # gradient vanishes at the fit (step 1e-6: the Charbonnier term's large
+    # third derivative makes the truncation error 3e-8 at 1e-5, 3e-10 here,
+    # as is the rounding error)
+    repeated = (np.repeat(log_proba, w, axis=0), np.repeat(y, w), *args[2:])
+    u = weighted.log_inverse_temperature_
+    step = 1e-6 * np.eye(u.shape[0])
+    grad = [
+        reference_objective(u + e, *repeated) - reference_objective(u - e, *repeated)
+        for e in step
+    ]
+    assert np.max(np.abs(grad)) / 2e-6 < 2e-9
+
+
 def test_convergence_warning_when_stopped_short():
     X, y = _skewed_logits(n_samples=600, seed=11)
     with pytest.warns(ConvergenceWarning, match="max_iter=1"):
