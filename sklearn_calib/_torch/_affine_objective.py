@@ -539,12 +539,10 @@ class AffineObjective(AffineConstraints):
         """
         k = self.n_classes
         xa, c = self._preconditioner_rows(theta)
-        # With a ridge on every entry the blocks are well conditioned and
-        # their products can run in float32 (half the preconditioner's time);
-        # an unpenalised direction can make a float32 block useless.
-        dtype = self.features.dtype if bool((self.rho > 0).all()) else torch.float64
-        root_c = c.sqrt().T.to(dtype)  # (K, m)
-        xa = xa.to(dtype)
+        # float64: the blocks precondition fits with unpenalised directions,
+        # which a float32 block can make useless.
+        root_c = c.sqrt().T.to(torch.float64)  # (K, m)
+        xa = xa.to(torch.float64)
         blocks = torch.empty(
             (k, k + 1, k + 1), dtype=torch.float64, device=theta.device
         )
