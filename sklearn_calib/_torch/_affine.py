@@ -489,9 +489,9 @@ def _preconditioner(objective, theta, curv, grad):
         # The class blocks pay where some entries have no ridge (matrix
         # scaling; ODIR's unpenalised diagonal, whose scales run far out).
         # Where every entry has one (the structured matrix map), the diagonal
-        # preconditioner takes more iterations but less time: 0.87 s against
-        # 1.09 s over 18 fits of StructuredMatrixScaling on 9 public sets (the
-        # blocks cost rows * K^3; 3 to 4 times faster at 300 x 100 rows).
+        # preconditioner takes more iterations but less time (the blocks cost
+        # rows * K^3): 0.9 s against 1.25 s over 18 fits on 9 public sets, 4
+        # times faster at 300 x 100 (benchmarks/bench_structured_preconditioner.py).
         coupled = not bool((objective.rho > 0).all())
         if coupled and objective.n_classes <= _BLOCK_CLASSES:
             blocks = objective.class_blocks(theta)

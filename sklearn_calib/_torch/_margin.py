@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy.linalg import cho_factor, cho_solve
 from scipy.optimize import minimize
 from sklearn.exceptions import ConvergenceWarning
 from threadpoolctl import threadpool_limits
@@ -152,10 +153,10 @@ def _newton_polish(objective, u, value, gradient):
     largest = np.max(np.abs(gradient))
     for _ in range(_MAX_NEWTON_STEPS):
         try:
-            factor = np.linalg.cholesky(objective.hessian(u))
+            factor = cho_factor(objective.hessian(u))
         except np.linalg.LinAlgError:
             break
-        step = -np.linalg.solve(factor.T, np.linalg.solve(factor, gradient))
+        step = -cho_solve(factor, gradient)
         new_value, new_gradient = objective(u + step)
         new_largest = np.max(np.abs(new_gradient))
         if not np.isfinite(new_value) or not new_largest < largest:
