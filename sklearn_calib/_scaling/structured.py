@@ -13,7 +13,7 @@ import numpy as np
 
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_float, fail_state, get_state
-from ..utils._math import log_softmax, scale_logits
+from ..utils._math import log_softmax, scale_logits, softmax
 from ..utils._validation import keep_masked, zero_masked
 from .affine import AffineCalibrator, mask_of, mixing_inputs
 from .temperature import TemperatureScaling
@@ -40,13 +40,18 @@ def structured_features(logits, temperature, mix_weight, mask=None):
     if mask is None:
         mask = mask_of(logits)
     scaled = scale_logits(np.asarray(logits, dtype=np.float64), 1.0 / temperature)
-    log_p = log_softmax(scaled)
     allowed = logits.shape[1]
     if mask is not None:
         allowed = allowed - np.count_nonzero(mask, axis=1, keepdims=True)
-    with np.errstate(divide="ignore"):  # e = 0 leaves the temperature map
-        uniform = np.log(mix_weight) - np.log(allowed)
-    out = np.logaddexp(np.log1p(-mix_weight) + log_p, uniform)
+    if mix_weight > 0:
+        # The mixture is at least e / K_row > 0: its log is exact to rounding
+        # without a log-space sum (np.logaddexp took 2/3 of this function).
+        out = softmax(scaled, out=scaled)
+        out *= 1.0 - mix_weight
+        out += mix_weight / allowed
+        out = np.log(out, out=out)
+    else:  # the temperature map itself, finite where softmax underflows
+        out = log_softmax(scaled, out=scaled)
     return keep_masked(out, mask)
 
 
