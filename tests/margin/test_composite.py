@@ -120,6 +120,56 @@ def test_fit_is_a_minimum_of_the_numpy_objective(ece_weight, alpha):
     np.testing.assert_allclose(u, ref.x, atol=2e-3)
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_objective_value_and_gradient_match_the_numpy_objective(masked):
+    # The fit's one-pass log-normaliser and its hand-written derivative
+    # against the numpy objective and its central differences, at points
+    # away from the optimum, with and without a masked (-inf) class.
+    pytest.importorskip("torch")
+    import torch
+
+    from sklearn_calib._torch._margin import _Objective, interpolation
+
+    X, y = _skewed_logits(n_samples=900, seed=7)
+    if masked:
+        X[y != 2, 2] = -np.inf  # class 2 allowed only where it is the label
+    log_proba = _log_softmax(X)
+    top2 = np.sort(log_proba, axis=1)[:, -2:]
+    margins = top2[:, 1] - top2[:, 0]
+    knots = np.quantile(margins, np.linspace(0.0, 1.0, 5))
+    left, right_weight = interpolation(margins, knots)
+    objective = _Objective(
+        torch.from_numpy(log_proba - log_proba.max(axis=1, keepdims=True)),
+        torch.from_numpy(y),
+        torch.ones(len(y), dtype=torch.float64),
+        torch.from_numpy(left),
+        torch.from_numpy(right_weight),
+        ece_weight=1.0,
+        alpha=1e-2,
+        n_bins=15,
+        sigma=0.05,
+        delta=1e-3,
+    )
+    args = (log_proba, y, knots, 1.0, 1e-2)
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        u = rng.normal(scale=0.5, size=knots.shape[0])
+        value, grad = objective(u)
+        assert value == pytest.approx(reference_objective(u, *args), rel=1e-12)
+        step = 1e-5
+        central = np.array(
+            [
+                (
+                    reference_objective(u + step * e, *args)
+                    - reference_objective(u - step * e, *args)
+                )
+                / (2 * step)
+                for e in np.eye(u.shape[0])
+            ]
+        )
+        np.testing.assert_allclose(grad, central, rtol=1e-6, atol=1e-8)
+
+
 def test_soft_ece_term_matches_smart_kernel():
     # SMART's loss at its initial network, computed by its hand-written
     # kernel, equals our soft ECE of the same temperatures.
