@@ -612,6 +612,9 @@ _SMART_EVALUATIONS = 100
 # Chunks prepared for SMART's steps are kept when all of them take at most
 # this much memory (small data split into chunks); larger data is re-read.
 _SMART_CACHE_BYTES = 2**28
+# Rows of a chunk are summed for the full-data loss in blocks of about this
+# many bytes of float64 work (see _smart_loss_sums).
+_SMART_SUM_BLOCK_BYTES = 2**23
 
 
 def _smart_arrays(logits, codes, weights, loss):
@@ -684,27 +687,40 @@ def _smart_problem(logits, codes, weights, *, mean, std, device, loss):
 def _smart_loss_sums(
     logits, codes, weights, *, mean, std, coefs, intercepts, loss, n_bins, sigma, delta
 ):
+    """``smart_chunk_sums`` of one chunk, added over blocks of its rows.
+
+    The sums are additive over rows, so a block at a time gives the chunk's
+    sums while its float64 temporaries (the soft-bin kernel is rows x bins,
+    three times over) stay a few MiB: these passes run on every dask worker
+    thread at once, and whole chunks made them the largest anonymous memory
+    of a fit from a memmap.
+    """
     from .._torch._chunked import smart_chunk_sums
 
     size = 1 if loss == "nll" else 2 * n_bins
-    problem, total = _smart_problem(
-        logits,
-        codes,
-        weights,
-        mean=mean,
-        std=std,
-        device="cpu",
-        loss=loss,
-    )
-    if problem is None:
-        return np.zeros(size)
-    return smart_chunk_sums(
-        problem,
-        total,
-        coefs,
-        intercepts,
-        loss=loss,
-        n_bins=n_bins,
-        sigma=sigma,
-        delta=delta,
-    )
+    row_bytes = 8 * logits.shape[1] + 24 * n_bins
+    block = max(1, _SMART_SUM_BLOCK_BYTES // row_bytes)
+    sums = np.zeros(size)
+    for start in range(0, logits.shape[0], block):
+        rows = slice(start, start + block)
+        problem, total = _smart_problem(
+            logits[rows],
+            codes[rows],
+            weights[rows],
+            mean=mean,
+            std=std,
+            device="cpu",
+            loss=loss,
+        )
+        if problem is not None:
+            sums += smart_chunk_sums(
+                problem,
+                total,
+                coefs,
+                intercepts,
+                loss=loss,
+                n_bins=n_bins,
+                sigma=sigma,
+                delta=delta,
+            )
+    return sums

@@ -712,3 +712,60 @@ def test_platt_separable_scores_from_chunks_equal_in_memory():
         true_class = estimator.predict_proba(X)[np.arange(400), y]
         assert true_class.min() > 1 - 1e-6
         assert estimator.coef_[0] > 10
+
+
+@pytest.mark.parametrize("loss", ["charbonnier_soft_ece", "soft_ece", "nll"])
+def test_smart_full_loss_in_row_blocks_matches_a_numpy_loss(monkeypatch, loss):
+    # The exact full-data loss of the chunked fit sums each chunk in blocks of
+    # rows (bounded memory on every dask thread); the blocks must add up to
+    # the loss of the predicted temperatures, written out here in numpy.
+    import sklearn_calib._margin.smart as smart_module
+    from sklearn_calib._torch._chunked import smart_loss_from_sums
+
+    X, y = toy_logits(n_samples=503, n_classes=4, seed=21, dtype=np.float64)
+    rng = np.random.default_rng(21)
+    w = rng.uniform(0.5, 3.0, size=y.shape[0])
+    w[rng.random(y.shape[0]) < 0.1] = 0.0
+    params = {"device": "cpu", "random_state": 1, "max_iter": 30, "loss": loss}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # few samples
+        model = SMART(**params).fit(X, y)
+    options = model._loss_options()
+
+    def full_loss():
+        sums = smart_module._smart_loss_sums(
+            X,
+            y,
+            w,
+            mean=model.margin_mean_,
+            std=model.margin_std_,
+            coefs=model.coefs_,
+            intercepts=model.intercepts_,
+            **options,
+        )
+        return smart_loss_from_sums(sums, w.sum(), loss, model.delta)
+
+    whole = full_loss()
+    # About 13 rows a block: 39 blocks, the last one short.
+    row_bytes = 8 * X.shape[1] + 24 * model.n_bins
+    monkeypatch.setattr(smart_module, "_SMART_SUM_BLOCK_BYTES", 13 * row_bytes)
+    blocks = full_loss()
+
+    s = w / w.sum()
+    proba = softmax(X / model.predict_temperature(X)[:, None])
+    if loss == "nll":
+        expected = -np.sum(s * np.log(proba[np.arange(y.size), y]))
+    else:
+        p = proba.max(axis=1)
+        correct = (X.argmax(axis=1) == y).astype(float)
+        centres = (np.arange(model.n_bins) + 0.5) / model.n_bins
+        kernel = np.exp(-((p[:, None] - centres) ** 2) / (2 * model.sigma**2))
+        kernel /= kernel.sum(axis=1, keepdims=True)
+        mass = s @ kernel
+        gap = (s * (p - correct)) @ kernel
+        if loss == "soft_ece":
+            expected = np.abs(gap).sum()
+        else:
+            expected = np.sqrt(gap**2 + (model.delta * mass) ** 2).sum()
+    assert whole == pytest.approx(expected, rel=1e-9)
+    assert blocks == pytest.approx(expected, rel=1e-9)
