@@ -6,7 +6,10 @@ bench_scale, which writes 4 GB twice, takes about an hour more, and
 bench_large_n minutes); ``--quick`` a subset that finishes in a few minutes.
 Each benchmark writes JSON and markdown to ``benchmarks/results`` (or
 ``--out``); this script concatenates the markdown tables into
-``docs/benchmarks.md``.
+``collected.md`` there (``--docs`` names another page). ``docs/benchmarks.md``
+is written by hand from these results, with the analyses of each issue: a
+page that this script did not write is never overwritten unless ``--force``
+says so.
 """
 
 import argparse
@@ -18,6 +21,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+
+# The first line of every page this script writes: a page without it was
+# written by hand and is not overwritten unasked.
+MARKER = "<!-- collected by benchmarks/run.py: rewritten on every run -->"
 
 # Page sections for the benchmarks whose markdown has no title of its own.
 TITLES = {
@@ -54,8 +61,14 @@ def main(argv=None):
     parser.add_argument("--out", default=str(HERE / "results"), help="results folder")
     parser.add_argument(
         "--docs",
-        default=str(HERE.parent / "docs" / "benchmarks.md"),
-        help="markdown page to (re)write; '' to skip",
+        default=None,
+        help="markdown page to (re)write (default: collected.md in --out); "
+        "'' to skip",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite --docs even where this script did not write it",
     )
     parser.add_argument(
         "--only", default="", help="comma-separated subset of benchmarks"
@@ -66,6 +79,18 @@ def main(argv=None):
         help="only rebuild the docs page from the results already written",
     )
     args = parser.parse_args(argv)
+    if args.docs is None:
+        args.docs = str(Path(args.out) / "collected.md")
+    page = Path(args.docs) if args.docs else None
+    if page is not None and page.is_file() and not args.force:
+        with page.open() as handle:
+            first = handle.readline().rstrip("\n")
+        if first != MARKER:
+            # Checked before any benchmark runs, not after an hour of them.
+            parser.error(
+                f"{page} was not written by this script (hand-written analyses "
+                "would be lost); pass --force to overwrite it, or another --docs"
+            )
 
     chosen = [b for b in BENCHMARKS if not args.only or b in args.only.split(",")]
     # Run times survive a --collect: each benchmark's latest one is kept here.
@@ -79,8 +104,9 @@ def main(argv=None):
         timings[name] = time.perf_counter() - start
         times_path.write_text(json.dumps(timings, indent=1) + "\n")
 
-    if args.docs:
+    if page is not None:
         parts = [
+            MARKER,
             "# Benchmarks\n",
             "Regenerate with `python benchmarks/run.py"
             f"{' --quick' if args.quick else ''}` (results also as JSON in "
@@ -107,8 +133,8 @@ def main(argv=None):
                 + ", ".join(f"{n} {t:.0f} s" for n, t in shown.items())
                 + f" ({sum(shown.values()) / 60:.1f} min in all).\n"
             )
-        Path(args.docs).write_text("\n".join(parts))
-        print(f"wrote {args.docs}")
+        page.write_text("\n".join(parts))
+        print(f"wrote {page}")
 
 
 if __name__ == "__main__":
