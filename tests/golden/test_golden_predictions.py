@@ -17,7 +17,11 @@ included; the differences to the second file (up to 1e-6, SMART's 2.2e-2)
 are the machine's. The two MarginTemperatureScaling keys were written again
 when its defaults changed (issue 26: the structured maps among the base's
 candidates, alpha="auto", the one-standard-error choice), on the same build,
-every other key kept.
+every other key kept. Rewritten once more when the structured maps began
+their search for the solver's start on the temperature ray at 1 (session of
+2026-12-06, same build): only c100_densenetbc100_netcal/
+MarginTemperatureScaling moved, by at most 2.4e-7 (its fold fits stop at
+tol 1e-7 on another path); every other key bit-identical.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or

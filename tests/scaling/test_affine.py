@@ -377,3 +377,25 @@ def test_few_rows_many_classes_reach_the_optimum(kind):
     assert fitted.n_iter_ < fitted.max_iter
     assert np.abs(grad_w[present]).max() <= 1e-6
     assert np.abs(grad_b[present]).max() <= 1e-6
+
+
+# --- the solver's feature spread ---------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_top_two_of_each_row_equals_torch_topk(dtype):
+    torch = pytest.importorskip("torch")
+    from sklearn_calib._torch._affine import _top_two
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(500, 7)).round(1)  # rounded: many ties, some at the top
+    x[0] = 3.0  # every entry tied
+    x[1, 1:] = -np.inf  # one finite entry
+    x[2] = -np.inf  # nothing finite (a masked row)
+    x[3, [2, 5]] = x[3].max() + 1.0  # a tie at the top only
+    x = torch.from_numpy(x.astype(dtype))
+    first, second = _top_two(x)
+    expected = x.topk(2, dim=1).values
+    assert torch.equal(first, expected[:, 0])
+    assert torch.equal(second, expected[:, 1])
+    assert bool((first[3] == second[3]).item())

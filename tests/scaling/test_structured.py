@@ -97,6 +97,47 @@ def test_solution_equals_an_independent_scipy_solve(kind):
 
 
 @pytest.mark.parametrize("kind", sorted(ESTIMATORS))
+def test_ray_search_from_one_finds_the_spread_start_sooner(kind, monkeypatch):
+    # The features are log-probabilities of the fitted temperature map, so the
+    # solver's start on the temperature ray is searched from beta = 1; from
+    # the features' spread it must land on the same start and the same fit.
+    from sklearn_calib._torch import _affine
+
+    X, y = make_logits(n_samples=600, n_classes=4, seed=1)
+    fits, newton_steps = {}, {}
+    original, original_start = _affine.fit_affine, _affine._ray_start
+
+    def solve_from(ray_start):
+        def fit(*args, **kwargs):
+            assert kwargs["ray_start"] == 1.0
+            kwargs["ray_start"] = ray_start
+            fits[ray_start] = original(*args, **kwargs)
+            return fits[ray_start]
+
+        return fit
+
+    def counted_start(objective, log2_spread, beta=None):
+        found, steps = original_start(objective, log2_spread, beta)
+        newton_steps[beta] = steps
+        return found, steps
+
+    monkeypatch.setattr(_affine, "_ray_start", counted_start)
+
+    monkeypatch.setattr(_affine, "fit_affine", solve_from(1.0))
+    from_one = ESTIMATORS[kind](device="cpu").fit(X, y)
+    monkeypatch.setattr(_affine, "fit_affine", solve_from(None))
+    from_spread = ESTIMATORS[kind](device="cpu").fit(X, y)
+    assert fits[1.0].start == pytest.approx(fits[None].start, rel=1e-9)
+    assert fits[1.0].start == pytest.approx(1.0, abs=0.05)
+    assert newton_steps[1.0] < newton_steps[None]
+    np.testing.assert_allclose(from_one.coef_, from_spread.coef_, atol=1e-6)
+    np.testing.assert_allclose(
+        from_one.intercept_, from_spread.intercept_, atol=1e-6
+    )
+    assert from_one.objective_ == pytest.approx(from_spread.objective_, rel=1e-10)
+
+
+@pytest.mark.parametrize("kind", sorted(ESTIMATORS))
 def test_penalty_strengths_and_mixture_follow_the_definition(kind):
     X, y = make_logits(n_samples=500, n_classes=5, seed=2)
     params = {"lambda_intercept": 0.5, "lambda_diagonal": 2.0, "rho": 0.5, "tau": 0.75}
