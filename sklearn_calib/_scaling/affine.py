@@ -119,7 +119,10 @@ class AffineCalibrator(BaseCalibrator):
         """Minimise the penalised NLL; store n_iter_ and return the solution.
 
         ``mask`` marks the masked (-inf) entries; ``features`` then holds
-        finite stand-ins there (see :func:`mixing_inputs`).
+        finite stand-ins there (see :func:`mixing_inputs`). ``ray_start``:
+        where the solver's search for its temperature-ray start begins
+        (``fit_affine``), for features whose best scale is known to be near
+        a value.
         """
         from .._torch._affine import fit_affine
         from .._torch._device import to_tensor
