@@ -22,11 +22,19 @@ Parts (``--part``, default all):
   ``SMART(early_stopping=True)`` (the recipe's stopping rule) on every public
   set, seeds 0-2: mean test ECE-15 (%) ± sd over the seeds, NLL and process
   CPU seconds per fit (one torch thread, as SMART trains).
+- ``margin-repeat``: ``MarginTemperatureScaling()`` (defaults) fitted
+  ``--repeat`` times (default 11) on 5,000 x 100 and on the first 200 val
+  rows, alternating with the same fit on the paths of main before the
+  session of 2026-12-06 (the margin objective's gradient through autograd,
+  and each fold of the base's selector scored by the ``neg_log_loss``
+  scorer object with a second pass for its out-of-fold predictions, both
+  restored by monkeypatching): median and range of wall seconds, median
+  process CPU seconds, and the largest difference of the fitted knot values.
 - ``threads``: small fits (200 and 5,000 rows x 100 classes) with torch on
   the default threads (the one-thread rule of ``_torch/_threads.py`` turned
   off) and on one thread, alternately, wall and CPU seconds.
 
-Run ``python benchmarks/bench_margin_speed.py [--part smart|margin|selector]
+Run ``python benchmarks/bench_margin_speed.py [--part smart|margin|selector|...]
 [--sets a,b] [--seeds 0,1,2,3,4] [--out DIR]``; it prints markdown tables and,
 with ``--out``, writes each part's table as ``bench_margin_speed_<part>.json``
 and ``.md`` there (``benchmarks/results`` is not written otherwise).
@@ -158,6 +166,60 @@ def part_margin(names):
     return markdown_table(header, rows)
 
 
+def part_margin_repeat(names, repeat):
+    import sklearn_calib._meta.selector as selector_module
+    import sklearn_calib._torch._margin as margin_module
+    from sklearn_calib import MarginTemperatureScaling
+
+    fit_and_score = selector_module._fit_and_score
+    hand_written = margin_module._Objective.__call__
+
+    def scorer_path(*args, log_loss_scorer=False, **kwargs):
+        return fit_and_score(*args, log_loss_scorer=False, **kwargs)
+
+    paths = {
+        "before (autograd gradient, scorer object)": (
+            scorer_path,
+            margin_module._Objective.autograd_value_and_gradient,
+        ),
+        "now": (fit_and_score, hand_written),
+    }
+    header = ["set", "rows", "paths", "fits", "median wall s", "wall range s",
+              "median CPU s", "max |knot value difference|"]  # fmt: skip
+    rows = []
+    try:
+        for name in names:
+            d = load_set(name)
+            for n in [5000, 200]:
+                X, y = d["logits_val"][:n], d["y_val"][:n]
+                MarginTemperatureScaling(device="cpu").fit(X, y)  # warm-up
+                times = {label: [] for label in paths}
+                values = {}
+                for _ in range(repeat):
+                    for label, (scoring, gradient) in paths.items():
+                        selector_module._fit_and_score = scoring
+                        margin_module._Objective.__call__ = gradient
+                        model = MarginTemperatureScaling(device="cpu")
+                        wall, cpu, _ = timed(model.fit, X, y)
+                        times[label].append((wall, cpu))
+                        values[label] = model.log_inverse_temperature_
+                reference = values["now"]
+                for label, pairs in times.items():
+                    pairs = np.array(pairs)
+                    gap = np.max(np.abs(values[label] - reference))
+                    rows.append([
+                        name, n, label, repeat,
+                        f"{np.median(pairs[:, 0]):.3f}",
+                        f"{pairs[:, 0].min():.3f}-{pairs[:, 0].max():.3f}",
+                        f"{np.median(pairs[:, 1]):.3f}", f"{gap:.1e}",
+                    ])  # fmt: skip
+                    print(rows[-1], flush=True)
+    finally:
+        selector_module._fit_and_score = fit_and_score
+        margin_module._Objective.__call__ = hand_written
+    return markdown_table(header, rows)
+
+
 def part_selector(names, n_jobs_list):
     from sklearn.base import clone
     from sklearn.model_selection import cross_validate
@@ -278,6 +340,7 @@ def main(argv=None):
     parser.add_argument("--sets", default=None, help="default: the CIFAR-100 sets")
     parser.add_argument("--seeds", default="0,1,2,3,4")
     parser.add_argument("--n-jobs", default="1,2")
+    parser.add_argument("--repeat", type=int, default=11)
     parser.add_argument("--out", default=None, help="results folder (optional)")
     args = parser.parse_args(argv)
     names = SETS if args.sets is None else args.sets.split(",")
@@ -288,6 +351,8 @@ def main(argv=None):
         tables["smart"] = part_smart(names, seeds)
     if args.part in ("all", "margin"):
         tables["margin"] = part_margin(names)
+    if args.part in ("all", "margin-repeat"):
+        tables["margin-repeat"] = part_margin_repeat(names, args.repeat)
     if args.part in ("all", "threads"):
         tables["threads"] = part_threads(names)
     if args.part in ("all", "smart-stop"):

@@ -242,6 +242,17 @@ def test_transform_is_log_predict_proba(calibrator, logits_y):
     )
 
 
+def test_one_pass_proba_and_log_proba_equal_the_public_methods(calibrator, logits_y):
+    # The selector scores its folds from _proba_and_log_proba: the same
+    # numbers, to the bit, as predict_proba and transform.
+    X, y = logits_y
+    calibrator.fit(X, y)
+    for data in (X, X.astype(np.float32)):
+        proba, log_proba = calibrator._proba_and_log_proba(data)
+        np.testing.assert_array_equal(proba, calibrator.predict_proba(data))
+        np.testing.assert_array_equal(log_proba, calibrator.transform(data))
+
+
 def test_argmax_kept_where_promised(calibrator, logits_y):
     if not getattr(calibrator, "_preserves_argmax", False):
         pytest.skip(f"{type(calibrator).__name__} may change the argmax by design")

@@ -12,6 +12,7 @@ from sklearn.utils import get_tags
 from sklearn.utils.parallel import Parallel, delayed
 
 from ..base import BaseCalibrator
+from ..metrics._scorer import sklearn_log_loss_of_codes
 from ..utils._compat import HasMethods, StrOptions, check_is_fitted
 from ..utils._fitted_state import (
     check_state_array,
@@ -131,6 +132,7 @@ def _fit_and_score(
     keep_oof,
     error_score,
     warm_start=None,
+    log_loss_scorer=False,
 ):
     """``estimator`` fitted on ``train`` and scored on ``test``.
 
@@ -138,6 +140,8 @@ def _fit_and_score(
     log-probabilities of the ``test`` rows (with ``keep_oof``), ``failure``
     None, or why the fit or the scoring failed (the score is then
     ``error_score``; with ``error_score="raise"`` the error propagates).
+    ``log_loss_scorer``: ``scorer`` is the ``"neg_log_loss"`` scorer, whose
+    number a calibrator of this library gives from one pass of its map.
     """
     train_weight = None if sample_weight is None else sample_weight[train]
     test_weight = None if sample_weight is None else sample_weight[test]
@@ -150,11 +154,25 @@ def _fit_and_score(
         fitted.__dict__.pop("_warm_start", None)
         fit_time = time.perf_counter() - start
         start = time.perf_counter()
-        score = float(
-            scorer(fitted, logits[test], y[test], **_weight_kwargs(test_weight))
-        )
-        score_time = time.perf_counter() - start
-        oof = fitted.transform(logits[test]) if keep_oof else None
+        n_classes = logits.shape[1]
+        if (
+            log_loss_scorer
+            and isinstance(fitted, BaseCalibrator)
+            and np.array_equal(fitted.classes_, np.arange(n_classes))
+        ):
+            # scikit-learn's log loss, the scorer's number, and the
+            # out-of-fold log-probabilities from a single pass of the map
+            # (the scorer's validation cost more than the loss on a fold).
+            proba, oof = fitted._proba_and_log_proba(logits[test])
+            score = -sklearn_log_loss_of_codes(proba, y[test], test_weight)
+            oof = oof if keep_oof else None
+            score_time = time.perf_counter() - start
+        else:
+            score = float(
+                scorer(fitted, logits[test], y[test], **_weight_kwargs(test_weight))
+            )
+            score_time = time.perf_counter() - start
+            oof = fitted.transform(logits[test]) if keep_oof else None
     except Exception as error:
         if error_score == "raise":
             raise
@@ -473,6 +491,7 @@ class CalibratorSelector(BaseCalibrator):
                 keep_oof,
                 self.error_score,
                 warm[c],
+                log_loss_scorer=self.scoring == "neg_log_loss",
             )
             for c, _, _, estimator, train, test in tasks
         )

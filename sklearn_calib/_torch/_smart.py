@@ -218,7 +218,8 @@ class SmartProblem:
     logits : Tensor (N, K), float32 or float64, on the training device
     correct : Tensor (N,), 1 where argmax z_i = y_i
     weights : Tensor (N,), non-negative sample weights (normalised here)
-    margins : Tensor (N,), standardised margins
+    margins : Tensor (N,) or None, standardised margins (the network's input;
+        None where no network reads them, as in the margin temperature's fit)
     true_gap : Tensor (N,), z_{i,y_i} - max z_i (used by the "nll" loss)
     """
 
@@ -246,8 +247,10 @@ class SmartProblem:
         self.weights_ln2 = (weights * _LN2).to(dtype)
         self.correct = correct.to(dtype)
         self.true_gap = true_gap.to(dtype).clamp_(min=lowest)
-        margins = margins.to(dtype)
-        self.inputs = torch.stack([margins, torch.ones_like(margins)])
+        self.inputs = None
+        if margins is not None:
+            margins = margins.to(dtype)
+            self.inputs = torch.stack([margins, torch.ones_like(margins)])
 
     def confidence_terms(self, beta):
         """S = sum_k exp(beta d_k) and S1 / ln2 = sum_k exp(beta d_k) d_k log2(e)."""
