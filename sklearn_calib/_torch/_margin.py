@@ -94,8 +94,11 @@ class _Objective:
         device = shifted.device
         self.finite = torch.isfinite(shifted)
         self.masked = not bool(self.finite.all())
-        # Masked entries (-inf) are replaced by 0 and dropped from the sums.
-        self.shifted = torch.where(self.finite, shifted, 0.0)
+        # Masked entries (-inf) are replaced by 0 and dropped from the sums
+        # (a copy only where there are some).
+        self.shifted = shifted
+        if self.masked:
+            self.shifted = torch.where(self.finite, shifted, 0.0)
         rows = torch.arange(shifted.shape[0], device=device)
         self.true_shifted = self.shifted[rows, y]
         self.correct = (shifted.argmax(dim=1) == y).to(torch.float64)
@@ -114,9 +117,7 @@ class _Objective:
         self.problem = SmartProblem(
             shifted, self.correct, weights, None, self.true_shifted
         )
-        self.bins = SoftBins(
-            n_bins, sigma, delta, True, torch.float64, device
-        )
+        self.bins = SoftBins(n_bins, sigma, delta, True, torch.float64, device)
         self.loss = torch.zeros((), dtype=torch.float64, device=device)
 
     def log_beta(self, u):
@@ -190,9 +191,7 @@ class _Objective:
     def hessian(self, u_numpy):
         u = torch.tensor(u_numpy, dtype=torch.float64, device=self.device)
         return (
-            torch.autograd.functional.hessian(
-                self.value, u
-            )
+            torch.autograd.functional.hessian(self.value, u)
             .cpu()
             .numpy()
         )
