@@ -18,8 +18,8 @@ The label-shift set is left out: its val and test rows come from different
 label distributions by design, which pooling would erase.
 
 Run ``python benchmarks/bench_resplit.py [--splits 5] [--sets FRAGMENTS]
-[--only FRAGMENTS] [--out DIR]``; results go to
-``benchmarks/results/bench_resplit.{json,md}`` (or ``--out``).
+[--only FRAGMENTS] [--out DIR] [--name NAME]``; results go to
+``benchmarks/results/bench_resplit.{json,md}`` (or ``--out``, ``--name``).
 """
 
 import argparse
@@ -60,6 +60,9 @@ def methods():
         "CalibratorSelector": lambda split: CalibratorSelector(),
         "SMART": lambda split: SMART(device="cpu", random_state=split),
         METHOD: lambda split: MarginTemperatureScaling(device="cpu"),
+        # A cheaper inner cross-validation (issue 26): 3 folds of 2/3 of the
+        # rows instead of 5 of 4/5, about 60 % of the default's fit time.
+        f"{METHOD} cv=3": lambda split: MarginTemperatureScaling(device="cpu", cv=3),
     }
 
 
@@ -205,6 +208,9 @@ def main(argv=None):
         f"{METHOD} always run)",
     )
     parser.add_argument("--out", default=None, help="output folder")
+    parser.add_argument(
+        "--name", default="bench_resplit", help="results file name (no suffix)"
+    )
     args = parser.parse_args(argv)
     if args.splits < 2:
         parser.error("--splits must be at least 2 (the spread needs two)")
@@ -221,7 +227,7 @@ def main(argv=None):
     results = [evaluate_set(name, args.splits, factories) for name in names]
     info = machine_info()
     write_results(
-        "bench_resplit",
+        args.name,
         {"machine": info, "splits": args.splits, "results": results},
         to_markdown(results, args.splits, info),
         args.out,
