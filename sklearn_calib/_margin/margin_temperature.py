@@ -116,6 +116,9 @@ class MarginTemperatureScaling(BaseCalibrator):
         out-of-fold predictions. ``None`` fits the temperature on the base's
         predictions of its own calibration rows: one base fit, but a base
         that overfits looks better calibrated there than on new data.
+        ``cv=3`` fits in about 60 % of the time of the default 5 folds, with
+        the same mean test ECE and NLL over re-splits of the public sets
+        (docs/benchmarks.md).
     n_knots : int, default=8
         Number of knots of :math:`\log\beta` (fewer where the margins have
         fewer distinct values). One knot is temperature scaling of the base.
