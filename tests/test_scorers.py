@@ -291,29 +291,3 @@ def test_neg_log_loss_is_scikit_learns_number_on_float32_probabilities():
         expected = sklearn_log_loss(y, proba.astype(np.float64))
     assert log_loss(y, proba.astype(np.float64)) == pytest.approx(expected, rel=1e-12)
 
-
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("n_classes", [2, 7, 100])
-@pytest.mark.parametrize("weighted", [False, True])
-def test_log_loss_of_codes_is_scikit_learns_log_loss(dtype, n_classes, weighted):
-    # The selector's shortcut for its default scoring: scikit-learn's number
-    # (its clip at the dtype's precision included) without its validation.
-    from sklearn.metrics import log_loss as sklearn_log_loss
-
-    from sklearn_calib.metrics._scorer import sklearn_log_loss_of_codes
-    from sklearn_calib.utils._math import softmax
-
-    rng = np.random.default_rng(n_classes)
-    # wide logits: some true-class probabilities fall below the clip
-    logits = rng.normal(scale=15.0, size=(500, n_classes)).astype(dtype)
-    proba = softmax(logits)
-    y = rng.integers(0, n_classes, size=500)
-    weight = rng.uniform(0.0, 4.0, size=500) if weighted else None
-    true_class = proba[np.arange(500), y]
-    assert np.any(true_class < np.finfo(dtype).eps)
-    expected = sklearn_log_loss(
-        y, proba, sample_weight=weight, labels=np.arange(n_classes)
-    )
-    assert sklearn_log_loss_of_codes(proba, y, weight) == pytest.approx(
-        expected, rel=1e-14
-    )

@@ -8,11 +8,11 @@ import numpy as np
 from scipy.stats import rankdata
 from sklearn.base import clone
 from sklearn.exceptions import FitFailedWarning
+from sklearn.metrics import log_loss as sklearn_log_loss
 from sklearn.utils import get_tags
 from sklearn.utils.parallel import Parallel, delayed
 
 from ..base import BaseCalibrator
-from ..metrics._scorer import sklearn_log_loss_of_codes
 from ..utils._compat import HasMethods, StrOptions, check_is_fitted
 from ..utils._fitted_state import (
     check_state_array,
@@ -141,7 +141,9 @@ def _fit_and_score(
     None, or why the fit or the scoring failed (the score is then
     ``error_score``; with ``error_score="raise"`` the error propagates).
     ``log_loss_scorer``: ``scorer`` is the ``"neg_log_loss"`` scorer, whose
-    number a calibrator of this library gives from one pass of its map.
+    number (scikit-learn's log loss of ``predict_proba``) a calibrator of this
+    library gives from the same pass of its map as the out-of-fold
+    predictions.
     """
     train_weight = None if sample_weight is None else sample_weight[train]
     test_weight = None if sample_weight is None else sample_weight[test]
@@ -160,11 +162,17 @@ def _fit_and_score(
             and isinstance(fitted, BaseCalibrator)
             and np.array_equal(fitted.classes_, np.arange(n_classes))
         ):
-            # scikit-learn's log loss, the scorer's number, and the
-            # out-of-fold log-probabilities from a single pass of the map
-            # (the scorer's validation cost more than the loss on a fold).
+            # The scorer's number, scikit-learn's log loss of what its
+            # scorers read from predict_proba (the positive column of a
+            # binary problem), and the out-of-fold log-probabilities, from a
+            # single pass of the map.
             proba, oof = fitted._proba_and_log_proba(logits[test])
-            score = -sklearn_log_loss_of_codes(proba, y[test], test_weight)
+            score = -sklearn_log_loss(
+                y[test],
+                proba[:, 1] if n_classes == 2 else proba,
+                sample_weight=test_weight,
+                labels=fitted.classes_,
+            )
             oof = oof if keep_oof else None
             score_time = time.perf_counter() - start
         else:

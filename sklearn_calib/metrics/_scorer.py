@@ -28,8 +28,6 @@ Beside them: ``neg_aurc`` and ``neg_excess_aurc`` (selective prediction, on
 
 import copy
 
-import numpy as np
-
 from sklearn.metrics import get_scorer as _sklearn_get_scorer
 from sklearn.metrics import get_scorer_names as _sklearn_get_scorer_names
 from sklearn.metrics import log_loss as sklearn_log_loss
@@ -159,21 +157,6 @@ Unlike scikit-learn's scorer it passes the estimator's ``classes_`` as
 ``labels``, so a test fold that lacks a class is still scored.
 """
 
-
-
-def sklearn_log_loss_of_codes(proba, codes, sample_weight=None):
-    """:func:`sklearn.metrics.log_loss` of rows whose label is a column index.
-
-    The number scikit-learn computes for ``labels=range(n_columns)`` (each
-    true-class probability clipped to ``[eps, 1 - eps]`` of its dtype, its
-    log in that dtype, averaged by :func:`numpy.average`), without its
-    validation and one-hot encoding of the labels, which cost more than the
-    loss on a cross-validation fold. For probabilities a softmax produced
-    (rows on the simplex); tests check it against the scikit-learn function.
-    """
-    eps = np.finfo(proba.dtype).eps
-    true = np.clip(proba[np.arange(proba.shape[0]), codes], eps, 1 - eps)
-    return float(np.average(-np.log(true), weights=sample_weight))
 
 
 # Selective prediction: the area under the risk-coverage curve of predict_proba.

@@ -123,41 +123,42 @@ def test_scores_and_winner_match_cross_val_score_on_real_logits(scoring, n_candi
     np.testing.assert_array_equal(selector.predict(X_test), refit.predict(X_test))
 
 
-def test_default_scoring_computes_the_scorers_number_in_one_pass():
+@pytest.mark.parametrize("n_classes", [2, 5])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_default_scoring_computes_the_scorers_number_in_one_pass(n_classes, dtype):
     # With scoring="neg_log_loss" a calibrator's fold is scored from the same
-    # pass of its map that gives its out-of-fold log-probabilities, by the
-    # selector's own copy of scikit-learn's log loss: the same numbers as the
-    # scorer object (passed as a callable, which takes the scorer's path), on
-    # float32 logits whose histogram-binned probabilities scikit-learn clips,
-    # and with weights.
+    # pass of its map that gives its out-of-fold log-probabilities: the same
+    # numbers, to the bit, as the scorer object (passed as a callable, which
+    # takes the scorer's path: a binary problem's positive column), with
+    # histogram-binned probabilities that scikit-learn clips, and weights.
     from sklearn_calib import HistogramBinning
 
-    X, y = make_logits(n_samples=900, n_classes=5, seed=4)
-    X = X.astype(np.float32)
+    X, y = make_logits(n_samples=900, n_classes=n_classes, seed=4)
+    X = (6.0 * X).astype(dtype)
     weight = np.random.default_rng(0).uniform(0.2, 3.0, size=len(y))
     candidates = [TemperatureScaling(device="cpu"), HistogramBinning(n_bins=30)]
+    if n_classes == 2:
+        candidates.append(PlattScaling())
     cv = StratifiedKFold(3, shuffle=True, random_state=1)
     fast = CalibratorSelector(candidates, cv=cv).fit(X, y, sample_weight=weight)
     scorer = CalibratorSelector(
         candidates, cv=cv, scoring=get_scorer("neg_log_loss")
     ).fit(X, y, sample_weight=weight)
     for key in ["split0_test_score", "split1_test_score", "split2_test_score"]:
-        np.testing.assert_allclose(
-            fast.cv_results_[key], scorer.cv_results_[key], rtol=1e-14
-        )
+        np.testing.assert_array_equal(fast.cv_results_[key], scorer.cv_results_[key])
     by_hand = []
     for train, test in cv.split(X, y):
         fitted = clone(candidates[1])
         fitted.fit(X[train], y[train], sample_weight=weight[train])
         proba = fitted.predict_proba(X[test])
+        if n_classes == 2:
+            proba = proba[:, 1]
         loss = sklearn_log_loss(
-            y[test], proba, sample_weight=weight[test], labels=range(5)
+            y[test], proba, sample_weight=weight[test], labels=range(n_classes)
         )
         by_hand.append(-loss)
-    np.testing.assert_allclose(
-        [fast.cv_results_[f"split{s}_test_score"][1] for s in range(3)],
-        by_hand,
-        rtol=1e-14,
+    np.testing.assert_array_equal(
+        [fast.cv_results_[f"split{s}_test_score"][1] for s in range(3)], by_hand
     )
 
 
