@@ -290,4 +290,3 @@ def test_neg_log_loss_is_scikit_learns_number_on_float32_probabilities():
         warnings.filterwarnings("ignore", "The y_prob values do not sum to one")
         expected = sklearn_log_loss(y, proba.astype(np.float64))
     assert log_loss(y, proba.astype(np.float64)) == pytest.approx(expected, rel=1e-12)
-

@@ -484,6 +484,9 @@ class CalibratorSelector(BaseCalibrator):
             for c, (name, estimator) in enumerate(zip(names, estimators, strict=True))
             for s, (train, test) in enumerate(splits)
         ]
+        log_loss_scorer = (
+            isinstance(self.scoring, str) and self.scoring == "neg_log_loss"
+        )
         # Each (candidate, split) fit is independent: joblib runs them in
         # parallel with n_jobs, in order otherwise. A failure comes back as a
         # message and is warned about here, in task order, not in a worker.
@@ -499,7 +502,7 @@ class CalibratorSelector(BaseCalibrator):
                 keep_oof,
                 self.error_score,
                 warm[c],
-                log_loss_scorer=self.scoring == "neg_log_loss",
+                log_loss_scorer=log_loss_scorer,
             )
             for c, _, _, estimator, train, test in tasks
         )

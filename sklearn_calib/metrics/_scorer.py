@@ -157,8 +157,6 @@ Unlike scikit-learn's scorer it passes the estimator's ``classes_`` as
 ``labels``, so a test fold that lacks a class is still scored.
 """
 
-
-
 # Selective prediction: the area under the risk-coverage curve of predict_proba.
 neg_aurc = _calibration_scorer(aurc)
 neg_excess_aurc = _calibration_scorer(excess_aurc)
