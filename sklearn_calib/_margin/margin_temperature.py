@@ -108,8 +108,10 @@ class MarginTemperatureScaling(BaseCalibrator):
         StructuredMatrixScaling()])``.
     cv : int, cross-validation generator, iterable or None, default=5
         Where the temperature's training data come from: the base's
-        out-of-fold log-probabilities over these splits (stratified folds for
-        an int; the test parts must hold out every row exactly once), while
+        out-of-fold log-probabilities over these splits (for an int, folds of
+        one fixed random permutation of the rows, as in
+        :class:`CalibratorSelector`; the test parts must hold out every row
+        exactly once), while
         the base used for prediction is fitted on all rows. A
         :class:`CalibratorSelector` base (the default) is cross-validated on
         these same splits, which both choose its candidate and give the

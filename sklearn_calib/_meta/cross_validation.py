@@ -5,31 +5,37 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.base import clone
-from sklearn.model_selection import check_cv
+from sklearn.model_selection import KFold, check_cv
 
 
 def cv_splits(cv, logits, y):
     """The (train, test) splits of ``cv``; too few samples for them leave none.
 
-    An integer ``cv`` asks for stratified folds, which need at least as many
-    samples as folds in some class: with fewer (a small calibration fold
-    inside another cross-validation), as many folds as the most frequent
-    class allows are used, with a warning, and none below two.
+    An integer ``cv`` gives that many folds of one fixed random permutation
+    of the rows (``KFold(cv, shuffle=True, random_state=0)``): deterministic,
+    and not stratified. Stratified folds copy the calibration set's class
+    frequencies into every held-out part, so a map with per-class intercepts,
+    which learns those frequencies, looks better there than on new data: on
+    1,000 rows of a 100-class set (about 10 per class) five stratified folds
+    scored structured matrix scaling 0.010 nats better than temperature
+    scaling, plain folds 0.015 worse, as did the rows left out
+    (docs/benchmarks.md). With fewer rows than folds, as many folds as rows
+    are used, with a warning, and none below two.
     """
     if isinstance(cv, Integral):
-        largest = int(np.bincount(y).max())
-        if largest < cv:
+        n_samples = logits.shape[0]
+        if n_samples < cv:
             warnings.warn(
-                f"cv={cv} stratified folds need {cv} samples of some class, "
-                f"but the most frequent class has {largest}: "
-                f"{'no cross-validation' if largest < 2 else f'cv={largest}'} "
+                f"cv={cv} folds need {cv} samples, but there are {n_samples}: "
+                f"{'no cross-validation' if n_samples < 2 else f'cv={n_samples}'} "
                 "is used.",
                 UserWarning,
                 stacklevel=5,
             )
-            if largest < 2:
+            if n_samples < 2:
                 return []
-            cv = largest
+            cv = n_samples
+        return list(KFold(cv, shuffle=True, random_state=0).split(logits))
     return list(check_cv(cv, y, classifier=True).split(logits, y))
 
 

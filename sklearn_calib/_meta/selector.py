@@ -247,9 +247,12 @@ class CalibratorSelector(BaseCalibrator):
         (this library's calibration scorers and scikit-learn's), or a
         callable ``scorer(estimator, X, y, sample_weight=None)``.
     cv : int, cross-validation generator or iterable, default=5
-        How to split the calibration logits: the number of stratified folds, a
-        splitter such as :class:`~sklearn.model_selection.KFold`, or an
-        iterable of ``(train, test)`` index arrays.
+        How to split the calibration logits: the number of folds of one fixed
+        random permutation of the rows (``KFold(cv, shuffle=True,
+        random_state=0)``, not stratified: stratified folds favour the
+        candidates with per-class intercepts where classes have few rows), a
+        splitter such as :class:`~sklearn.model_selection.StratifiedKFold`,
+        or an iterable of ``(train, test)`` index arrays.
     n_jobs : int, default=None
         Number of jobs fitting and scoring the candidates on the splits in
         parallel (joblib; ``None`` means 1 unless in a

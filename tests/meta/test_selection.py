@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 from sklearn.base import clone
-from sklearn.exceptions import FitFailedWarning
+from sklearn.exceptions import ConvergenceWarning, FitFailedWarning
 from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import log_loss as sklearn_log_loss
 from sklearn.model_selection import (
@@ -173,7 +173,7 @@ def test_default_nll_picks_the_map_the_data_need():
     assert type(selector.best_estimator_) is VectorScaling
     assert selector.cv_results_["rank_test_score"].tolist() == [2, 1]
 
-    folds = StratifiedKFold(5).split(X, y)
+    folds = KFold(5, shuffle=True, random_state=0).split(X)
     nll = np.zeros(2)
     for train, test in folds:
         for i, cls in enumerate([TemperatureScaling, VectorScaling]):
@@ -297,15 +297,17 @@ def test_no_candidate_scored_falls_back_to_the_first_with_warning():
     X, y = make_logits(n_samples=6, n_classes=3, seed=0)
     y = np.array([0, 0, 1, 1, 2, 2])
     candidates = [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
-    with pytest.warns(UserWarning, match="cv=5 stratified folds.*cv=2"):
+    with pytest.warns(UserWarning, match="cv=5 folds need 5 samples.*4: cv=4"):
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FitFailedWarning)
-            selector = CalibratorSelector(candidates).fit(X, y)
-    assert selector.n_splits_ == 2
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            selector = CalibratorSelector(candidates).fit(X[:4], y[:4])
+    assert selector.n_splits_ == 4
 
-    y_unique = np.array([0, 1, 2, 0, 1, 2])[:3]
+    selector = CalibratorSelector(candidates, classes=[0, 1, 2])
     with pytest.warns(UserWarning, match="no cross-validation"):
-        selector = CalibratorSelector(candidates).fit(X[:3], y_unique)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            selector.fit(X[:1], y[:1])
     assert selector.n_splits_ == 0
     assert selector.best_index_ == 0
     assert isinstance(selector.best_estimator_, TemperatureScaling)
