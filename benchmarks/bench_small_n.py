@@ -57,6 +57,11 @@ def methods():
         # the former default (before issue 26); slow on 100 classes (its
         # MatrixScaling on every fold): select it with --only former
         "former default: Selector([TS, MS]), alpha=1e-2": former_margin,
+        # the default without the smooth-ECE term (its NLL alone): select it
+        # with --only ece_weight
+        "margin temperature, ece_weight=0": lambda classes: MarginTemperatureScaling(
+            ece_weight=0.0, device="cpu", classes=classes
+        ),
     }
 
 

@@ -126,7 +126,11 @@ class MarginTemperatureScaling(BaseCalibrator):
         fewer distinct values). One knot is temperature scaling of the base.
     ece_weight : float, default=1.0
         Weight :math:`\lambda` of the smooth ECE against the NLL. ``0`` fits
-        the NLL only.
+        the NLL only: on a few hundred calibration rows, or under ten per
+        class, the smooth ECE fits the noise of a binned calibration error
+        and costs NLL; with ``0`` the fit was worse than temperature
+        scaling beyond the noise on at most two of the 20 public sets at
+        100, 300 or 1,000 rows (user guide).
     alpha : float or "auto", default="auto"
         Ridge penalty on the knot values. Without it a margin range whose
         calibration samples are all correct drives its temperature to 0
