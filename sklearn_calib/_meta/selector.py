@@ -189,26 +189,6 @@ def _fit_and_score(
     return score, fit_time, score_time, oof, None
 
 
-def _one_standard_error_choice(scores, best):
-    """The first candidate within one standard error of ``best``.
-
-    Breiman's one-standard-error rule on the paired split scores: candidate
-    ``c`` (listed from the least to the most flexible) is as good as ``best``
-    when the mean of ``scores[best] - scores[c]`` over the splits is at most
-    its standard error. With fewer than two splits, ``best``.
-    """
-    n_splits = scores.shape[1]
-    if n_splits < 2 or not np.all(np.isfinite(scores[best])):
-        return best
-    for c in range(best):
-        if not np.all(np.isfinite(scores[c])):
-            continue
-        gap = scores[best] - scores[c]
-        if gap.mean() <= gap.std(ddof=1) / np.sqrt(n_splits):
-            return c
-    return best
-
-
 class CalibratorSelector(BaseCalibrator):
     r"""Select a calibrator by cross-validated score, then refit it on all data.
 
@@ -434,20 +414,17 @@ class CalibratorSelector(BaseCalibrator):
         if oof is not None:
             self._oof = oof
 
-    def _fit_with_oof(self, X, y, sample_weight=None, *, one_standard_error=False):
+    def _fit_with_oof(self, X, y, sample_weight=None):
         """:meth:`fit`, returning the chosen candidate's out-of-fold log-probas.
 
         None where there are none (see ``_select``). They are handed over,
-        not kept: the fitted state stays small. With ``one_standard_error``,
-        the candidates (listed from the least to the most flexible) are
-        chosen by :func:`_one_standard_error_choice`.
+        not kept: the fitted state stays small.
         """
         self._keep_oof = True
-        self._one_standard_error = one_standard_error
         try:
             self.fit(X, y, sample_weight=sample_weight)
         finally:
-            del self._keep_oof, self._one_standard_error
+            del self._keep_oof
         return self.__dict__.pop("_oof", None)
 
     def _select(self, logits, y, sample_weight, splits, *, keep_oof=False):
@@ -537,8 +514,6 @@ class CalibratorSelector(BaseCalibrator):
         self.cv_results_ = results
         # the first of the best: ties go to the earlier candidate
         self.best_index_ = int(np.argmin(results["rank_test_score"]))
-        if getattr(self, "_one_standard_error", False):
-            self.best_index_ = _one_standard_error_choice(scores, self.best_index_)
         self.best_score_ = float(mean[self.best_index_])
         self.scorer_ = scorer
         self.n_splits_ = n_splits
