@@ -27,6 +27,20 @@ def load_set(name):
         return {key: data[key] for key in data.files}
 
 
+def random_subsets(n_rows, sizes, draws):
+    """``(size, draw, rows)`` for every size below ``n_rows`` and every draw.
+
+    Rows drawn without replacement, seeded by ``(size, draw)``: the small-set
+    benchmarks share their subsets.
+    """
+    for size in sizes:
+        if size >= n_rows:
+            continue
+        for draw in range(draws):
+            rng = np.random.default_rng([size, draw])
+            yield size, draw, rng.choice(n_rows, size=size, replace=False)
+
+
 def best_time(func, *, repeat=3, min_time=0.0):
     """Best wall-clock time of ``func()`` over ``repeat`` calls, and its last result."""
     best = float("inf")

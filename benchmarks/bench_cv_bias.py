@@ -1,4 +1,4 @@
-"""Stratified against plain folds: which one tells the truth about a map with intercepts.
+"""Stratified against plain folds: which tells the truth about intercept maps.
 
 On random subsets of each val split (``--sizes``, 5 draws seeded by size and
 draw), structured matrix scaling (per-class intercepts) and temperature
@@ -30,6 +30,7 @@ from _common import (  # noqa: E402
     machine_info,
     markdown_table,
     public_sets,
+    random_subsets,
     write_results,
 )
 from bench_quality import _selected  # noqa: E402
@@ -64,35 +65,30 @@ def evaluate_set(name, sizes, draws):
     X, y = data["logits_val"], data["y_val"]
     classes = np.arange(X.shape[1])
     rows = []
-    for size in sizes:
-        if size >= X.shape[0]:
-            continue
-        for draw in range(draws):
-            rng = np.random.default_rng([size, draw])
-            subset = rng.choice(X.shape[0], size=size, replace=False)
-            rest = np.setdiff1d(np.arange(X.shape[0]), subset)
-            Xs, ys = X[subset], y[subset]
-            with warnings.catch_warnings():
-                # rare classes: fewer members than folds
-                warnings.simplefilter("ignore")
-                stratified = list(StratifiedKFold(5).split(Xs, ys))
-                plain = list(KFold(5, shuffle=True, random_state=0).split(Xs))
-                truth = _difference(
-                    np.concatenate([Xs, X[rest]]),
-                    np.concatenate([ys, y[rest]]),
-                    [(np.arange(size), size + np.arange(rest.shape[0]))],
-                    classes,
-                )
-                rows.append(
-                    {
-                        "set": name,
-                        "size": size,
-                        "draw": draw,
-                        "stratified CV": _difference(Xs, ys, stratified, classes),
-                        "plain CV": _difference(Xs, ys, plain, classes),
-                        "rows left out": truth,
-                    }
-                )
+    for size, draw, subset in random_subsets(X.shape[0], sizes, draws):
+        rest = np.setdiff1d(np.arange(X.shape[0]), subset)
+        Xs, ys = X[subset], y[subset]
+        with warnings.catch_warnings():
+            # rare classes: fewer members than folds
+            warnings.simplefilter("ignore")
+            stratified = list(StratifiedKFold(5).split(Xs, ys))
+            plain = list(KFold(5, shuffle=True, random_state=0).split(Xs))
+            truth = _difference(
+                np.concatenate([Xs, X[rest]]),
+                np.concatenate([ys, y[rest]]),
+                [(np.arange(size), size + np.arange(rest.shape[0]))],
+                classes,
+            )
+            rows.append(
+                {
+                    "set": name,
+                    "size": size,
+                    "draw": draw,
+                    "stratified CV": _difference(Xs, ys, stratified, classes),
+                    "plain CV": _difference(Xs, ys, plain, classes),
+                    "rows left out": truth,
+                }
+            )
     return rows
 
 

@@ -29,6 +29,7 @@ from _common import (  # noqa: E402
     machine_info,
     markdown_table,
     public_sets,
+    random_subsets,
     write_results,
 )
 from bench_quality import _selected  # noqa: E402
@@ -81,29 +82,24 @@ def evaluate_set(name, sizes, draws, factories):
     y_test = data["y_test"]
     classes = np.arange(X_val.shape[1])
     rows = []
-    for size in sizes:
-        if size >= X_val.shape[0]:
-            continue
-        for draw in range(draws):
-            rng = np.random.default_rng([size, draw])
-            subset = rng.choice(X_val.shape[0], size=size, replace=False)
-            for method, factory in factories.items():
-                start = time.perf_counter()
-                with warnings.catch_warnings():
-                    # few rows per class: fewer folds, solvers on a bound
-                    warnings.simplefilter("ignore")
-                    model = factory(classes).fit(X_val[subset], y_val[subset])
-                seconds = time.perf_counter() - start
-                rows.append(
-                    {
-                        "set": name,
-                        "size": size,
-                        "draw": draw,
-                        "method": method,
-                        "fit_seconds": seconds,
-                        **score(y_test, model.predict_proba(X_test)),
-                    }
-                )
+    for size, draw, subset in random_subsets(X_val.shape[0], sizes, draws):
+        for method, factory in factories.items():
+            start = time.perf_counter()
+            with warnings.catch_warnings():
+                # few rows per class: fewer folds, solvers on a bound
+                warnings.simplefilter("ignore")
+                model = factory(classes).fit(X_val[subset], y_val[subset])
+            seconds = time.perf_counter() - start
+            rows.append(
+                {
+                    "set": name,
+                    "size": size,
+                    "draw": draw,
+                    "method": method,
+                    "fit_seconds": seconds,
+                    **score(y_test, model.predict_proba(X_test)),
+                }
+            )
     return rows
 
 
