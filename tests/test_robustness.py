@@ -33,7 +33,7 @@ _IGNORED = [
     "ignore:.* stopped after:sklearn.exceptions.ConvergenceWarning",
     "ignore:device='cuda' was requested:UserWarning",
     "ignore:The logits are constant across classes:UserWarning",
-    "ignore:cv=.* stratified folds need:UserWarning",
+    "ignore:cv=.* folds need .* samples:UserWarning",
     "ignore:The least populated class in y:UserWarning",
     "ignore:overflow encountered:RuntimeWarning",
 ]
