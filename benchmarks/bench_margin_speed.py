@@ -26,8 +26,9 @@ Parts (``--part``, default all):
   ``--repeat`` times (default 11) on 5,000 x 100 and on the first 200 val
   rows, alternating with the same fit on the paths of main before the
   session of 2026-12-06 (the margin objective's gradient through autograd,
-  and each fold of the base's selector scored by the ``neg_log_loss``
-  scorer object with a second pass for its out-of-fold predictions, both
+  each fold of the base's selector scored by the ``neg_log_loss``
+  scorer object with a second pass for its out-of-fold predictions, and
+  each of its candidates fitting its own temperature on every split, all
   restored by monkeypatching): median and range of wall seconds, median
   process CPU seconds, and the largest difference of the fitted knot values.
 - ``threads``: small fits (200 and 5,000 rows x 100 classes) with torch on
@@ -173,16 +174,22 @@ def part_margin_repeat(names, repeat):
 
     fit_and_score = selector_module._fit_and_score
     hand_written = margin_module._Objective.__call__
+    shared_temperatures = selector_module._shared_temperatures
 
     def scorer_path(*args, log_loss_scorer=False, **kwargs):
         return fit_and_score(*args, log_loss_scorer=False, **kwargs)
 
+    def own_temperatures(estimators, logits, y, sample_weight, splits, n_jobs):
+        # every candidate fits its own temperature on every split
+        return [[({}, None)] * len(splits) for _ in estimators]
+
     paths = {
-        "before (autograd gradient, scorer object)": (
+        "before (autograd gradient, scorer object, own temperatures)": (
             scorer_path,
             margin_module._Objective.autograd_value_and_gradient,
+            own_temperatures,
         ),
-        "now": (fit_and_score, hand_written),
+        "now": (fit_and_score, hand_written, shared_temperatures),
     }
     header = ["set", "rows", "paths", "fits", "median wall s", "wall range s",
               "median CPU s", "max |knot value difference|"]  # fmt: skip
@@ -196,9 +203,10 @@ def part_margin_repeat(names, repeat):
                 times = {label: [] for label in paths}
                 values = {}
                 for _ in range(repeat):
-                    for label, (scoring, gradient) in paths.items():
+                    for label, (scoring, gradient, shared) in paths.items():
                         selector_module._fit_and_score = scoring
                         margin_module._Objective.__call__ = gradient
+                        selector_module._shared_temperatures = shared
                         model = MarginTemperatureScaling(device="cpu")
                         wall, cpu, _ = timed(model.fit, X, y)
                         times[label].append((wall, cpu))
@@ -217,6 +225,7 @@ def part_margin_repeat(names, repeat):
     finally:
         selector_module._fit_and_score = fit_and_score
         margin_module._Objective.__call__ = hand_written
+        selector_module._shared_temperatures = shared_temperatures
     return markdown_table(header, rows)
 
 

@@ -121,6 +121,77 @@ def _fit_full(estimator, logits, y, sample_weight):
     return fitted, [w.message for w in caught]
 
 
+def _temperature_key(estimator):
+    """The temperature scaling ``estimator`` is or starts with, as a key.
+
+    Returns ``(key, step)``: ``step`` an unfitted :class:`TemperatureScaling`
+    (the candidate itself, or the first step of a structured map, see
+    ``_temperature_step``), ``key`` its parameters other than ``classes``
+    (every candidate has the same codes), or ``(None, None)``.
+    """
+    from .._scaling.temperature import TemperatureScaling
+
+    if hasattr(estimator, "_temperature_step"):
+        step = estimator._temperature_step()
+    elif type(estimator) is TemperatureScaling:
+        step = estimator
+    else:
+        return None, None
+    params = step.get_params(deep=False)
+    key = tuple(sorted((k, repr(v)) for k, v in params.items() if k != "classes"))
+    return key, step
+
+
+def _fit_temperature(step, logits, y, sample_weight, train):
+    """``(fitted, fit_time)`` of ``step`` on ``train``, or None if it fails."""
+    weight = None if sample_weight is None else sample_weight[train]
+    start = time.perf_counter()
+    try:
+        fitted = with_code_classes(step, logits.shape[1]).fit(
+            logits[train], y[train], **_weight_kwargs(weight)
+        )
+    except Exception:
+        # The candidates then fit it themselves, and report the failure.
+        return None
+    return fitted, time.perf_counter() - start
+
+
+def _shared_temperatures(estimators, logits, y, sample_weight, splits, n_jobs):
+    """What each candidate takes, on each split, from a shared temperature fit.
+
+    Temperature scaling and the structured maps (which start with it) with
+    the same parameters compute the same temperature from the same rows: it
+    is fitted once per split where two candidates or more need it. Returns,
+    per candidate, per split, ``(given, shared)`` for :func:`_fit_and_score`:
+    the fitted temperature scaling itself for a candidate that is one, its
+    temperature for a structured map, ``({}, None)`` for the others and where
+    the shared fit failed (the candidate then fits, or fails, on its own).
+    """
+    keys, steps = zip(*(_temperature_key(e) for e in estimators), strict=True)
+    shared_keys = sorted({k for k in keys if k is not None and keys.count(k) > 1})
+    tasks = [(key, s) for key in shared_keys for s in range(len(splits))]
+    fits = Parallel(n_jobs=n_jobs)(
+        delayed(_fit_temperature)(
+            steps[keys.index(key)], logits, y, sample_weight, splits[s][0]
+        )
+        for key, s in tasks
+    )
+    fits = dict(zip(tasks, fits, strict=True))
+    shares = []
+    for key, step, estimator in zip(keys, steps, estimators, strict=True):
+        per_split = []
+        for s in range(len(splits)):
+            fit = fits.get((key, s))
+            if fit is None:
+                per_split.append(({}, None))
+            elif step is estimator:
+                per_split.append(({}, fit))
+            else:
+                per_split.append(({"_given_temperature": fit[0].temperature_}, None))
+        shares.append(per_split)
+    return shares
+
+
 def _fit_and_score(
     estimator,
     scorer,
@@ -131,7 +202,8 @@ def _fit_and_score(
     test,
     keep_oof,
     error_score,
-    warm_start=None,
+    given=None,
+    shared=None,
     log_loss_scorer=False,
 ):
     """``estimator`` fitted on ``train`` and scored on ``test``.
@@ -140,6 +212,10 @@ def _fit_and_score(
     log-probabilities of the ``test`` rows (with ``keep_oof``), ``failure``
     None, or why the fit or the scoring failed (the score is then
     ``error_score``; with ``error_score="raise"`` the error propagates).
+    ``given``: private attributes set on the clone for its fit and removed
+    after it (``_warm_start``, ``_given_temperature``). ``shared``: the
+    candidate as already fitted on ``train`` with its fit time (see
+    :func:`_shared_temperatures`); it is then scored, not fitted again.
     ``log_loss_scorer``: ``scorer`` is the ``"neg_log_loss"`` scorer, whose
     number (scikit-learn's log loss of ``predict_proba``) a calibrator of this
     library gives from the same pass of its map as the out-of-fold
@@ -149,12 +225,15 @@ def _fit_and_score(
     test_weight = None if sample_weight is None else sample_weight[test]
     start = time.perf_counter()
     try:
-        fitted = clone(estimator)
-        if warm_start is not None:
-            fitted._warm_start = warm_start
-        fitted.fit(logits[train], y[train], **_weight_kwargs(train_weight))
-        fitted.__dict__.pop("_warm_start", None)
-        fit_time = time.perf_counter() - start
+        if shared is not None:
+            fitted, fit_time = shared
+        else:
+            fitted = clone(estimator)
+            fitted.__dict__.update(given or {})
+            fitted.fit(logits[train], y[train], **_weight_kwargs(train_weight))
+            for name in given or {}:
+                fitted.__dict__.pop(name, None)
+            fit_time = time.perf_counter() - start
         start = time.perf_counter()
         n_classes = logits.shape[1]
         if (
@@ -306,8 +385,11 @@ class CalibratorSelector(BaseCalibrator):
     calibration are fitted on all the rows first, and their fits on the
     splits start from that map where it converged: their objective is
     convex, so the same optimum is reached, in fewer iterations; that first
-    fit is the refit when they are chosen. The prediction costs nothing
-    more than the chosen calibrator's. The selected map is that of a
+    fit is the refit when they are chosen. Temperature scaling and the
+    structured maps, which start with it, share one temperature fit per
+    split (the number each would compute alone: their scores are unchanged,
+    and the structured maps' fit times exclude it). The prediction costs
+    nothing more than the chosen calibrator's. The selected map is that of a
     calibrator fitted on all the data, so it keeps the argmax exactly when
     the chosen candidate does.
 
@@ -459,6 +541,21 @@ class CalibratorSelector(BaseCalibrator):
             for estimator in estimators
         )
         warm = [None if f is None else _warm_start_of(f) for f, _ in full]
+        shares = _shared_temperatures(
+            estimators,
+            logits,
+            y,
+            sample_weight if weighted else None,
+            splits,
+            self.n_jobs,
+        )
+
+        def given_and_shared(c, s):
+            given, shared = shares[c][s]
+            if warm[c] is not None:
+                given = {**given, "_warm_start": warm[c]}
+            return {"given": given, "shared": shared}
+
         tasks = [
             (c, s, name, estimator, train, test)
             for c, (name, estimator) in enumerate(zip(names, estimators, strict=True))
@@ -481,10 +578,10 @@ class CalibratorSelector(BaseCalibrator):
                 test,
                 keep_oof,
                 self.error_score,
-                warm[c],
                 log_loss_scorer=log_loss_scorer,
+                **given_and_shared(c, s),
             )
-            for c, _, _, estimator, train, test in tasks
+            for c, s, _, estimator, train, test in tasks
         )
         for (c, s, name, _, _, test), result in zip(tasks, results, strict=True):
             scores[c, s], fit_times[c, s], score_times[c, s], rows, failure = result

@@ -97,13 +97,25 @@ class _StructuredScaling(AffineCalibrator):
             return mixing_inputs(features, mask)
         return zero_masked(features, mask)
 
+    def _temperature_step(self):
+        """The temperature scaling this map starts with, unfitted.
+
+        :class:`CalibratorSelector` fits it once per training part and hands
+        its ``temperature_`` to every structured candidate fitted on that
+        part (``_given_temperature``): the number this fit would compute
+        from the same rows, computed once.
+        """
+        return TemperatureScaling(device=self.device)
+
     def _fit(self, logits, y, sample_weight):
         from .._torch._affine_objective import Penalty
 
-        temperature = TemperatureScaling(device=self.device)
-        temperature._fit(logits, y, sample_weight)
+        self.temperature_ = getattr(self, "_given_temperature", None)
+        if self.temperature_ is None:
+            temperature = self._temperature_step()
+            temperature._fit(logits, y, sample_weight)
+            self.temperature_ = temperature.temperature_
         n_samples = effective_sample_size(sample_weight)
-        self.temperature_ = temperature.temperature_
         self.mix_weight_ = 1.0 / (n_samples + 1.0)
         n_classes = logits.shape[1]
         reg_intercept, reg_diagonal, reg_off = self._penalty_strengths(

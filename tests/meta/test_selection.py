@@ -404,3 +404,55 @@ def test_parallel_folds_give_the_sequential_choice(backend):
     np.testing.assert_allclose(
         parallel.predict_proba(X), sequential.predict_proba(X), rtol=1e-6
     )
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_shared_fold_temperature_changes_no_number(monkeypatch, weighted):
+    # Temperature scaling and the structured maps start with the same
+    # temperature fit on each training part: the selector fits it once per
+    # split and hands it over. Every score and out-of-fold prediction is the
+    # one each candidate gives when fitted alone, to the bit; a temperature
+    # scaling with other parameters fits its own.
+    from sklearn_calib import StructuredMatrixScaling, StructuredVectorScaling
+    from sklearn_calib._scaling.temperature import TemperatureScaling as TS
+
+    X, y = make_logits(n_samples=400, n_classes=4, seed=3)
+    X = 3.0 * X
+    X[:7, 1] = -np.inf  # masked entries, never the label
+    y[:7] = np.where(y[:7] == 1, 0, y[:7])
+    weight = np.random.default_rng(1).uniform(0.2, 3.0, size=len(y))
+    kwargs = {"sample_weight": weight} if weighted else {}
+    candidates = [
+        TemperatureScaling(device="cpu"),
+        StructuredVectorScaling(device="cpu"),
+        StructuredMatrixScaling(device="cpu"),
+        TemperatureScaling(device="cpu", max_iter=50),
+    ]
+    calls = []
+    fit = TS._fit
+    monkeypatch.setattr(
+        TS, "_fit", lambda self, *a: calls.append(self.max_iter) or fit(self, *a)
+    )
+    selector = CalibratorSelector(candidates, cv=3)
+    oof = selector._fit_with_oof(X, y, **kwargs)
+    # one shared fit and one of the other temperature per split, one refit
+    assert calls.count(100) == 3 + 1 and calls.count(50) == 3
+    monkeypatch.setattr(TS, "_fit", fit)
+
+    splits = list(KFold(3, shuffle=True, random_state=0).split(X))
+    for c, candidate in enumerate(candidates):
+        by_hand = np.empty(X.shape)
+        for s, (train, test) in enumerate(splits):
+            alone = clone(candidate).set_params(classes=np.arange(4))
+            part = {"sample_weight": weight[train]} if weighted else {}
+            alone.fit(X[train], y[train], **part)
+            by_hand[test] = alone.transform(X[test])
+            loss = sklearn_log_loss(
+                y[test],
+                alone.predict_proba(X[test]),
+                sample_weight=weight[test] if weighted else None,
+                labels=range(4),
+            )
+            assert selector.cv_results_[f"split{s}_test_score"][c] == -loss
+        if c == selector.best_index_:
+            np.testing.assert_array_equal(oof, by_hand)
