@@ -80,16 +80,19 @@ def _weight_kwargs(sample_weight):
     return {} if sample_weight is None else {"sample_weight": sample_weight}
 
 
-def _warm_start_of(fitted):
+def _warm_start_of(fitted, blocks):
     """A fold fit's start from ``fitted`` (the same map on all rows), or None.
 
     Matrix and Dirichlet calibration fits on the folds start from the map
     fitted on all the rows, when that fit converged: their objective is
     convex, so the fold's optimum is the same from any start; only the path
     to it is shorter (4x fewer CPU seconds for the five folds of
-    MatrixScaling on 200 rows x 100 classes, measured). Where the full fit
-    stopped at ``max_iter`` (an optimum at infinity, say), the folds start
-    cold, so that no fold result depends on the rows it did not see.
+    MatrixScaling on 200 rows x 100 classes, measured). The class blocks of
+    that solution (``blocks``) precondition the fold fits in place of the
+    blocks at their start, which cost most of a warm fold fit at 100 classes
+    (``benchmarks/bench_margin_speed.py --part selector``). Where the full
+    fit stopped at ``max_iter`` (an optimum at infinity, say), the folds
+    start cold, so that no fold result depends on the rows it did not see.
     """
     from .._scaling.affine import DirichletCalibration, MatrixScaling
 
@@ -97,28 +100,34 @@ def _warm_start_of(fitted):
         return None
     if not fitted.n_iter_ < fitted.max_iter:
         return None
-    return fitted.coef_, fitted.intercept_
+    return fitted.coef_, fitted.intercept_, blocks
 
 
 def _fit_full(estimator, logits, y, sample_weight):
     """``estimator`` fitted on every row first, where folds can start from it.
 
-    Returns ``(fitted, caught)``: ``fitted`` None for the other candidates
-    and where the fit fails (the folds then fail or start cold, as without
-    it), ``caught`` the warnings of the fit, replayed only if the candidate
-    is chosen (they are then those of its refit).
+    Returns ``(fitted, caught, blocks)``: ``fitted`` None for the other
+    candidates and where the fit fails (the folds then fail or start cold, as
+    without it), ``caught`` the warnings of the fit, replayed only if the
+    candidate is chosen (they are then those of its refit), ``blocks`` the
+    class blocks of its solution that precondition the folds (or None).
     """
     from .._scaling.affine import DirichletCalibration, MatrixScaling
 
     if type(estimator) not in (MatrixScaling, DirichletCalibration):
-        return None, []
+        return None, [], None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            fitted = clone(estimator).fit(logits, y, **_weight_kwargs(sample_weight))
+            fitted = clone(estimator)
+            fitted._keep_blocks = True
+            fitted.fit(logits, y, **_weight_kwargs(sample_weight))
+            # The blocks go to the folds, not into the fitted state.
+            del fitted._keep_blocks
+            blocks = fitted.__dict__.pop("_blocks", None)
         except Exception:
-            fitted = None
-    return fitted, [w.message for w in caught]
+            fitted = blocks = None
+    return fitted, [w.message for w in caught], blocks
 
 
 def _temperature_key(estimator):
@@ -383,9 +392,10 @@ class CalibratorSelector(BaseCalibrator):
     The calibrators are fitted ``n_splits * n_candidates + 1`` times
     (``n_jobs`` runs these fits in parallel). Matrix and Dirichlet
     calibration are fitted on all the rows first, and their fits on the
-    splits start from that map where it converged: their objective is
-    convex, so the same optimum is reached, in fewer iterations; that first
-    fit is the refit when they are chosen. Temperature scaling and the
+    splits start from that map where it converged, preconditioned by its
+    Hessian blocks: their objective is convex, so the same optimum is
+    reached, in less time; that first fit is the refit when they are
+    chosen. Temperature scaling and the
     structured maps, which start with it, share one temperature fit per
     split (the number each would compute alone: their scores are unchanged,
     and the structured maps' fit times exclude it). The prediction costs
@@ -540,7 +550,7 @@ class CalibratorSelector(BaseCalibrator):
             )
             for estimator in estimators
         )
-        warm = [None if f is None else _warm_start_of(f) for f, _ in full]
+        warm = [None if f is None else _warm_start_of(f, b) for f, _, b in full]
         shares = _shared_temperatures(
             estimators,
             logits,
@@ -614,7 +624,7 @@ class CalibratorSelector(BaseCalibrator):
         self.best_score_ = float(mean[self.best_index_])
         self.scorer_ = scorer
         self.n_splits_ = n_splits
-        self.best_estimator_, caught = full[self.best_index_]
+        self.best_estimator_, caught, _ = full[self.best_index_]
         for message in caught:
             warnings.warn(message, stacklevel=4)
         if self.best_estimator_ is None:

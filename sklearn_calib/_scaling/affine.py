@@ -161,9 +161,11 @@ class AffineCalibrator(BaseCalibrator):
                 penalty=penalty,
                 max_iter=self.max_iter,
                 tol=self.tol,
-                # Set by CalibratorSelector on its fold fits (_selection.py).
+                # Set by CalibratorSelector: on its fold fits the full fit's
+                # map (and class blocks), on its full fit _keep_blocks.
                 warm_start=getattr(self, "_warm_start", None),
                 ray_start=ray_start,
+                keep_blocks=getattr(self, "_keep_blocks", False),
             )
         except FloatingPointError as exc:
             finite = features[np.isfinite(features)]
@@ -180,6 +182,8 @@ class AffineCalibrator(BaseCalibrator):
                 "classes (such as finfo.min or -1e30), pass -inf instead."
             ) from None
         self._check_affine_result(result, n_classes=features.shape[1])
+        if result.blocks is not None:
+            self._blocks = result.blocks
         return result
 
     def _check_affine_result(self, result, n_classes):

@@ -161,6 +161,9 @@ class AffineFit:
     decrement: float = 0.0  # Newton decrement -g.d at the last Newton point
     n_absent: int = 0  # classes without calibration samples, kept at the start
     n_separable: int = 0  # classes their own logit separates, kept at the start
+    # With keep_blocks: the matrix map's class blocks at the solution, in the
+    # input's units (see fit_affine), for fits of related problems.
+    blocks: np.ndarray | None = None
 
 
 def _top_two(x):
@@ -498,8 +501,28 @@ def _lbfgs_direction(grad, history, precondition):
     return -r
 
 
-def _preconditioner(objective, theta, curv, grad):
-    """The L-BFGS preconditioner at the start, finite whatever the data."""
+def _uses_blocks(objective):
+    """Whether L-BFGS on the matrix map is preconditioned by class blocks."""
+    coupled = not bool((objective.rho > 0).all())
+    return (
+        objective.kind == "matrix" and coupled and objective.n_classes <= _BLOCK_CLASSES
+    )
+
+
+def _unit_scale(factor, n_rows, device):
+    """diag(factor, ..., factor, 1) as a vector: the features ``(x, 1)``
+    rescaled by ``factor``."""
+    scale = torch.full((n_rows,), float(factor), dtype=torch.float64, device=device)
+    scale[-1] = 1.0
+    return scale
+
+
+def _preconditioner(objective, theta, curv, grad, blocks=None):
+    """The L-BFGS preconditioner at the start, finite whatever the data.
+
+    ``blocks``: the class blocks of a related fit's solution (a warm start),
+    used instead of the blocks at theta where the blocks would be.
+    """
     if objective.kind == "vector":
         if bool(torch.isfinite(curv).all()):
             return _VectorPreconditioner(curv, grad, objective.rho)
@@ -510,9 +533,9 @@ def _preconditioner(objective, theta, curv, grad):
         # preconditioner takes more iterations but less time (the blocks cost
         # rows * K^3): 0.9 s against 1.25 s over 18 fits on 9 public sets, 4
         # times faster at 300 x 100 (benchmarks/bench_structured_preconditioner.py).
-        coupled = not bool((objective.rho > 0).all())
-        if coupled and objective.n_classes <= _BLOCK_CLASSES:
-            blocks = objective.class_blocks(theta)
+        if _uses_blocks(objective):
+            if blocks is None:
+                blocks = objective.class_blocks(theta)
             if bool(torch.isfinite(blocks).all()):
                 try:
                     return _BlockPreconditioner(blocks, objective.rho)
@@ -563,6 +586,7 @@ def fit_affine(
     solver="auto",
     warm_start=None,
     ray_start=None,
+    keep_blocks=False,
 ):
     """Minimise the weighted NLL (+ ODIR penalty) of softmax(affine(features)).
 
@@ -588,11 +612,14 @@ def fit_affine(
         Converged when the largest absolute gradient entry (of the problem
         on rescaled features, see the module docstring) is <= tol.
     solver : {"auto", "newton", "lbfgs"}
-    warm_start : (coef, intercept) or None
+    warm_start : (coef, intercept) or (coef, intercept, blocks) or None
         Matrix map only: start from this map (in the input's columns and
         units; a fit of a related problem, such as the same calibrator on
         all the rows of a cross-validation) instead of the temperature-scaling
-        ray, when its loss is lower there. The optimum is the same (the
+        ray, when its loss is lower there. ``blocks``, that fit's
+        ``AffineFit.blocks``, then also precondition L-BFGS in place of the
+        blocks at the start (a pass over ``rows * K^3`` that is most of a
+        warm-started fit's time at 100 classes). The optimum is the same (the
         objective is strictly convex with the penalty); only the path to it
         is shorter.
     ray_start : float or None
@@ -601,6 +628,9 @@ def fit_affine(
         None: the inverse of the features' typical spread. Features that are
         already calibrated log-probabilities (the structured maps') have
         their ray optimum near 1. The start found is the same either way.
+    keep_blocks : bool
+        Return the matrix map's class blocks at the solution (``blocks``),
+        where L-BFGS ran with them, for ``warm_start``.
 
     Returns
     -------
@@ -710,16 +740,20 @@ def fit_affine(
         objective.use_float64()
     theta = objective.snap(theta)
     loss, grad, curv = objective.evaluate(theta, curvature=kind == "vector")
+    warm_blocks = None
     if warm_start is not None and kind == "matrix" and frozen is None:
-        theta, loss, grad, curv = _warm_theta(
+        theta, loss, grad, curv, warm_blocks = _warm_theta(
             objective, theta, loss, grad, curv, warm_start, columns, factor
         )
     grad_norm = _finite_start(loss, grad)
+    blocks = None
     if solve:
         solver_name, theta, loss, grad, status, n_iter, decrement = _run_solver(
-            objective, theta, loss, grad, curv, newton, max_iter, tol
+            objective, theta, loss, grad, curv, newton, max_iter, tol, warm_blocks
         )
         grad_norm = float(grad.abs().max())
+        if keep_blocks and solver_name == "lbfgs" and _uses_blocks(objective):
+            blocks = _blocks_in_input_units(objective, theta, n_classes_in, factor)
 
     # Back to the columns and units of the input.
     start = beta * factor
@@ -746,7 +780,24 @@ def fit_affine(
         decrement=decrement,
         n_absent=n_absent,
         n_separable=n_separable,
+        blocks=blocks,
     )
+
+
+def _blocks_in_input_units(objective, theta, n_classes_in, factor):
+    """The class blocks at theta for the input's features ``(x, 1)``, or None.
+
+    The solver's features are ``factor * x``: its blocks are ``D B D`` with
+    ``D = diag(factor, ..., factor, 1)``. None where columns were left out
+    or classes frozen.
+    """
+    if objective.n_classes != n_classes_in or objective.free is not None:
+        return None
+    blocks = objective.class_blocks(theta)
+    if not bool(torch.isfinite(blocks).all()):
+        return None
+    scale = _unit_scale(1.0 / factor, blocks.shape[1], blocks.device)
+    return (blocks * scale[:, None] * scale[None, :]).cpu().numpy()
 
 
 def fit_affine_chunks(
@@ -826,14 +877,17 @@ def _finite_start(loss, grad):
     return grad_norm
 
 
-def _run_solver(objective, theta, loss, grad, curv, newton, max_iter, tol):
+def _run_solver(
+    objective, theta, loss, grad, curv, newton, max_iter, tol, blocks=None
+):
     """Newton, or L-BFGS preconditioned at the start, from theta.
 
-    Returns (solver name, theta, loss, grad, status, n_iter, decrement).
+    ``blocks``: see :func:`_preconditioner`. Returns (solver name, theta,
+    loss, grad, status, n_iter, decrement).
     """
     precondition = None
     if not newton:
-        precondition = _preconditioner(objective, theta, curv, grad)
+        precondition = _preconditioner(objective, theta, curv, grad, blocks)
     result = _minimise(
         objective, theta, loss, grad, newton, precondition, max_iter, tol
     )
@@ -854,8 +908,13 @@ def _refreshed(objective, theta, precondition):
 
 
 def _warm_theta(objective, theta, loss, grad, curv, warm_start, columns, factor):
-    """The warm start in the solver's columns and units, where it is better."""
-    coef, intercept = (torch.as_tensor(a, dtype=torch.float64) for a in warm_start)
+    """The warm start in the solver's columns and units, where it is better.
+
+    Returns ``(theta, loss, grad, curv, blocks)``: ``blocks`` the warm
+    start's class blocks in the solver's units where it has them and is used
+    (every column kept), else None.
+    """
+    coef, intercept = (torch.as_tensor(a, dtype=torch.float64) for a in warm_start[:2])
     index = columns.cpu()
     warm = torch.empty(objective.shape, dtype=torch.float64)
     warm[:, :-1] = coef[index[:, None], index[None, :]] / factor
@@ -864,8 +923,16 @@ def _warm_theta(objective, theta, loss, grad, curv, warm_start, columns, factor)
     warm_loss, warm_grad, warm_curv = objective.evaluate(warm)
     if math.isfinite(warm_loss) and bool(torch.isfinite(warm_grad).all()):
         if warm_loss < loss:
-            return warm, warm_loss, warm_grad, warm_curv
-    return theta, loss, grad, curv
+            blocks = warm_start[2] if len(warm_start) > 2 else None
+            if blocks is not None and blocks.shape[0] == objective.n_classes:
+                blocks = torch.as_tensor(blocks, dtype=torch.float64)
+                blocks = blocks.to(theta.device)
+                scale = _unit_scale(factor, blocks.shape[1], blocks.device)
+                blocks = blocks * scale[:, None] * scale[None, :]
+            else:
+                blocks = None
+            return warm, warm_loss, warm_grad, warm_curv, blocks
+    return theta, loss, grad, curv, None
 
 
 def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol):

@@ -456,3 +456,30 @@ def test_shared_fold_temperature_changes_no_number(monkeypatch, weighted):
             assert selector.cv_results_[f"split{s}_test_score"][c] == -loss
         if c == selector.best_index_:
             np.testing.assert_array_equal(oof, by_hand)
+
+
+def test_fold_fits_take_the_full_fits_blocks_and_the_refit_keeps_none(monkeypatch):
+    # Matrix and Dirichlet calibration are fitted on every row first; their
+    # fold fits start from that map and are preconditioned by its class
+    # blocks, which stay out of the fitted state of the refit.
+    from sklearn_calib import DirichletCalibration
+    from sklearn_calib._torch import _affine
+
+    monkeypatch.setattr(_affine, "_NEWTON_PARAMS", 0)
+    X, y = make_logits(n_samples=600, n_classes=5, seed=7)
+    given = []
+    fit_affine = _affine.fit_affine
+    monkeypatch.setattr(
+        _affine,
+        "fit_affine",
+        lambda *a, **k: given.append(k["warm_start"]) or fit_affine(*a, **k),
+    )
+    candidates = [MatrixScaling(device="cpu"), DirichletCalibration(device="cpu")]
+    selector = CalibratorSelector(candidates, cv=3).fit(X, y)
+    starts = [g for g in given if g is not None]
+    assert len(starts) == 6 and all(g[2].shape == (5, 6, 6) for g in starts)
+    assert not {"_blocks", "_keep_blocks"} & set(vars(selector.best_estimator_))
+    refit = clone(candidates[selector.best_index_]).fit(X, y)
+    np.testing.assert_allclose(
+        selector.predict_proba(X), refit.predict_proba(X), rtol=1e-12
+    )

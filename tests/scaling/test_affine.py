@@ -192,6 +192,80 @@ def test_lbfgs_preconditioners_reach_the_newton_solution(
     np.testing.assert_allclose(lbfgs.intercept_, newton.intercept_, atol=1e-7)
 
 
+@pytest.mark.parametrize("scale", [1.0, 1e12])
+def test_kept_blocks_are_the_hessian_blocks_in_the_inputs_units(monkeypatch, scale):
+    # keep_blocks returns sum_i w_i q_ik (1 - q_ik) (x_i, 1)(x_i, 1)^T at the
+    # solution, in the units of the features given (the solver rescales
+    # logits of spread 1e12 by a power of two): computed here in numpy.
+    import torch
+
+    from sklearn_calib._torch import _affine
+
+    monkeypatch.setattr(_affine, "_NEWTON_PARAMS", 0)
+    logits, y = make_logits(n_samples=700, n_classes=5, seed=12)
+    logits = scale * logits
+    weights = np.random.default_rng(2).uniform(0.5, 2.0, size=len(y))
+    fit = _affine.fit_affine(
+        torch.as_tensor(logits),
+        torch.as_tensor(y),
+        torch.as_tensor(weights),
+        kind="matrix",
+        keep_blocks=True,
+    )
+    assert scale == 1.0 or fit.scale != 1.0
+    proba = np.exp(log_softmax(logits @ fit.coef.T + fit.intercept, axis=1))
+    c = (weights / weights.sum())[:, None] * proba * (1.0 - proba)
+    xa = np.hstack([logits, np.ones((len(y), 1))])
+    expected = np.einsum("ik,ip,iq->kpq", c, xa, xa)
+    np.testing.assert_allclose(fit.blocks, expected, rtol=1e-9, atol=1e-12)
+
+
+def test_warm_start_blocks_precondition_a_fold_to_its_own_optimum(monkeypatch):
+    # A fold fit started from the fit on every row with that fit's class
+    # blocks builds no blocks of its own and reaches the fold's optimum, the
+    # one a cold start reaches (the objective is convex).
+    import torch
+
+    from sklearn_calib._torch import _affine
+
+    monkeypatch.setattr(_affine, "_NEWTON_PARAMS", 0)
+    logits, y = make_logits(n_samples=900, n_classes=6, seed=13)
+
+    def fit(rows, **kwargs):
+        return _affine.fit_affine(
+            torch.as_tensor(logits[rows]),
+            torch.as_tensor(y[rows]),
+            torch.ones(len(rows), dtype=torch.float64),
+            kind="matrix",
+            reg_lambda=1e-3,
+            reg_mu=1e-3,
+            tol=1e-8,
+            **kwargs,
+        )
+
+    full = fit(np.arange(len(y)), keep_blocks=True)
+    fold = np.arange(len(y))[np.arange(len(y)) % 5 != 0]
+    cold = fit(fold)
+    # what the start's preconditioner is built from
+    started = []
+    preconditioner = _affine._preconditioner
+    monkeypatch.setattr(
+        _affine,
+        "_preconditioner",
+        lambda *args: started.append(args[-1]) or preconditioner(*args),
+    )
+    warm = fit(fold, warm_start=(full.coef, full.intercept, full.blocks))
+    assert warm.status == cold.status == "converged" and len(started) == 1
+    np.testing.assert_array_equal(started[0].numpy(), full.blocks)
+    # the maps (the objective is flat along W + 1 v^T, softmax-invariant,
+    # that the weak ODIR penalty alone fixes)
+    warm_map, cold_map = (
+        log_softmax(logits @ f.coef.T + f.intercept, axis=1) for f in (warm, cold)
+    )
+    np.testing.assert_allclose(warm_map, cold_map, atol=1e-6)
+    assert abs(warm.loss - cold.loss) <= 1e-12
+
+
 def test_vector_scaling_biases_sum_to_zero():
     logits, y = make_logits(n_samples=500, n_classes=5, seed=9)
     fitted = VectorScaling(device="cpu").fit(logits, y)
