@@ -888,8 +888,20 @@ def _run_solver(
     precondition = None
     if not newton:
         precondition = _preconditioner(objective, theta, curv, grad, blocks)
+    # Blocks rebuilt on the way replace those of a far-off start; blocks
+    # given from a related problem's solution are already near this one's
+    # (rebuilding them cost a matrix or Dirichlet fold fit at 100 classes
+    # 0.1-0.2 s each and saved no iteration, benchmarks/bench_margin_speed.py).
     result = _minimise(
-        objective, theta, loss, grad, newton, precondition, max_iter, tol
+        objective,
+        theta,
+        loss,
+        grad,
+        newton,
+        precondition,
+        max_iter,
+        tol,
+        rebuild=blocks is None,
     )
     return ("newton" if newton else "lbfgs", *result)
 
@@ -935,8 +947,13 @@ def _warm_theta(objective, theta, loss, grad, curv, warm_start, columns, factor)
     return theta, loss, grad, curv, None
 
 
-def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol):
-    """Newton or preconditioned L-BFGS from theta; returns the final state."""
+def _minimise(
+    objective, theta, loss, grad, newton, precondition, max_iter, tol, rebuild=True
+):
+    """Newton or preconditioned L-BFGS from theta; returns the final state.
+
+    ``rebuild``: whether class blocks may be rebuilt where progress stalls.
+    """
     history = []
     status = "max_iter"
     n_iter = 0
@@ -954,8 +971,10 @@ def _minimise(objective, theta, loss, grad, newton, precondition, max_iter, tol)
     # infinity, and there the start's blocks led faster to the gradient
     # tolerance (matrix scaling on 5,000 CIFAR-100 rows: 47 iterations, and
     # max_iter with rebuilds).
-    refresh = isinstance(precondition, _BlockPreconditioner) and (
-        int((objective.rho == 0).sum()) <= objective.n_classes
+    refresh = (
+        rebuild
+        and isinstance(precondition, _BlockPreconditioner)
+        and int((objective.rho == 0).sum()) <= objective.n_classes
     )
     previous = None
     failures = 0

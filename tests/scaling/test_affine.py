@@ -222,11 +222,12 @@ def test_kept_blocks_are_the_hessian_blocks_in_the_inputs_units(monkeypatch, sca
 
 def test_warm_start_blocks_precondition_a_fold_to_its_own_optimum(monkeypatch):
     # A fold fit started from the fit on every row with that fit's class
-    # blocks builds no blocks of its own and reaches the fold's optimum, the
-    # one a cold start reaches (the objective is convex).
+    # blocks builds no blocks of its own, neither at its start nor on the way,
+    # and reaches the fold's optimum, the one a cold start reaches (the
+    # objective is convex).
     import torch
 
-    from sklearn_calib._torch import _affine
+    from sklearn_calib._torch import _affine, _affine_objective
 
     monkeypatch.setattr(_affine, "_NEWTON_PARAMS", 0)
     logits, y = make_logits(n_samples=900, n_classes=6, seed=13)
@@ -254,8 +255,16 @@ def test_warm_start_blocks_precondition_a_fold_to_its_own_optimum(monkeypatch):
         "_preconditioner",
         lambda *args: started.append(args[-1]) or preconditioner(*args),
     )
+    built = []
+    class_blocks = _affine_objective.AffineObjective.class_blocks
+    monkeypatch.setattr(
+        _affine_objective.AffineObjective,
+        "class_blocks",
+        lambda self, theta: built.append(1) or class_blocks(self, theta),
+    )
     warm = fit(fold, warm_start=(full.coef, full.intercept, full.blocks))
     assert warm.status == cold.status == "converged" and len(started) == 1
+    assert built == []
     np.testing.assert_array_equal(started[0].numpy(), full.blocks)
     # the maps (the objective is flat along W + 1 v^T, softmax-invariant,
     # that the weak ODIR penalty alone fixes)
