@@ -16,7 +16,10 @@ Parts (``--part``, default all):
 - ``selector``: CalibratorSelector (5 folds; the default candidates, and
   MarginTemperatureScaling's three) against the sum of one full fit of each
   candidate, with ``n_jobs`` 1 and 2, each fitted twice in a row (the first
-  call with ``n_jobs`` 2 starts joblib's workers), and
+  call with ``n_jobs`` 2 starts joblib's workers), then with ``n_jobs`` 1 on
+  the paths of main before the fourth session of 2026-12-06 (each candidate
+  fitting its own temperature on every split, matrix and Dirichlet folds
+  building their own class blocks; restored by monkeypatching), and
   ``cross_validate(MatrixScaling(), n_jobs=...)``.
 - ``smart-stop``: SMART with its defaults (2,000 steps) against
   ``SMART(early_stopping=True)`` (the recipe's stopping rule) on every public
@@ -45,6 +48,7 @@ import argparse
 import sys
 import time
 import warnings
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -229,6 +233,30 @@ def part_margin_repeat(names, repeat):
     return markdown_table(header, rows)
 
 
+@contextmanager
+def previous_selector_paths():
+    """The selector as before the fourth session of 2026-12-06."""
+    import sklearn_calib._meta.selector as selector_module
+
+    shared_temperatures = selector_module._shared_temperatures
+    warm_start_of = selector_module._warm_start_of
+
+    def own_temperatures(estimators, logits, y, sample_weight, splits, n_jobs):
+        return [[({}, None)] * len(splits) for _ in estimators]
+
+    def without_blocks(fitted, blocks):
+        warm = warm_start_of(fitted, None)
+        return None if warm is None else warm[:2]
+
+    selector_module._shared_temperatures = own_temperatures
+    selector_module._warm_start_of = without_blocks
+    try:
+        yield
+    finally:
+        selector_module._shared_temperatures = shared_temperatures
+        selector_module._warm_start_of = warm_start_of
+
+
 def part_selector(names, n_jobs_list):
     from sklearn.base import clone
     from sklearn.model_selection import cross_validate
@@ -259,9 +287,18 @@ def part_selector(names, n_jobs_list):
                     kwargs = {} if n_jobs is None else {"n_jobs": n_jobs}
                     # The first call with n_jobs > 1 starts joblib's worker
                     # processes (each imports torch); the second reuses them.
-                    for call in ("first", "second"):
+                    calls = ["first", "second"]
+                    if n_jobs in (None, 1):
+                        calls.append("previous paths")
+                    for call in calls:
                         model = CalibratorSelector(candidates, **kwargs)
-                        wall, _, _ = timed(model.fit, X, y)
+                        paths = (
+                            previous_selector_paths()
+                            if call == "previous paths"
+                            else nullcontext()
+                        )
+                        with paths:
+                            wall, _, _ = timed(model.fit, X, y)
                         ece, nll = quality(yt, model.predict_proba(Xt))
                         rows.append([name, label, f"{total:.2f}", n_jobs, call,
                                      f"{wall:.2f}", f"{wall / total:.1f}",
