@@ -395,13 +395,12 @@ class CalibratorSelector(BaseCalibrator):
     splits start from that map where it converged, preconditioned by its
     Hessian blocks: their objective is convex, so the same optimum is
     reached, in less time; that first fit is the refit when they are
-    chosen. Temperature scaling and the
-    structured maps, which start with it, share one temperature fit per
-    split (the number each would compute alone: their scores are unchanged,
-    and the structured maps' fit times exclude it). The prediction costs
-    nothing more than the chosen calibrator's. The selected map is that of a
-    calibrator fitted on all the data, so it keeps the argmax exactly when
-    the chosen candidate does.
+    chosen. Temperature scaling and the structured maps, which start with
+    it, share one temperature fit per split (the number each would compute
+    alone: their scores are unchanged, and the structured maps' fit times
+    exclude it). The prediction costs nothing more than the chosen
+    calibrator's. The selected map is that of a calibrator fitted on all the
+    data, so it keeps the argmax exactly when the chosen candidate does.
 
     Examples
     --------

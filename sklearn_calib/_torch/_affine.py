@@ -510,8 +510,7 @@ def _uses_blocks(objective):
 
 
 def _unit_scale(factor, n_rows, device):
-    """diag(factor, ..., factor, 1) as a vector: the features ``(x, 1)``
-    rescaled by ``factor``."""
+    """The diagonal (factor, ..., factor, 1): features ``(x, 1)`` rescaled."""
     scale = torch.full((n_rows,), float(factor), dtype=torch.float64, device=device)
     scale[-1] = 1.0
     return scale
