@@ -1,11 +1,12 @@
-"""The margin temperature kept or dropped by approximate leave-one-out NLL (issue 26).
+"""Variants of the recommended default measured and not adopted (issue 26).
 
-A direction of issue 26 that was measured and not adopted: fall back to a
-less flexible map where the data cannot support more, by a principled
-criterion rather than a row count. ``LooMarginTemperature`` fits
-``MarginTemperatureScaling`` as shipped, then estimates the held-out NLL of
-its margin temperature on the rows it was fitted to (the base's out-of-fold
-log-probabilities) by approximate leave-one-out, one Newton step per row:
+Two directions of issue 26, built on the shipped ``MarginTemperatureScaling``:
+
+**A principled fallback** to a less flexible map where the data cannot
+support more. ``LooMarginTemperature`` fits the default as shipped, then
+estimates the held-out NLL of its margin temperature on the rows it was
+fitted to (the base's out-of-fold log-probabilities) by approximate
+leave-one-out, one Newton step per row:
 
     NLL_loo ~ sum_i w_i NLL_i(u) + sum_i w_i^2 g_i' H^-1 g_i
 
@@ -16,6 +17,15 @@ is already held out. ``strategy="fallback"`` keeps the margin temperature
 only where its estimate is below the base's; ``"grid"`` also refits it with
 4, 16 and 64 times the ridge and keeps the lowest estimate of the five.
 
+**A pooled base** instead of the selector's single choice, against the
+noise of choosing among temperature, structured vector and structured
+matrix scaling by 5 folds: ``PooledBaseMarginTemperature`` takes the three
+candidates' out-of-fold log-probabilities on the same folds, fits
+non-negative weights ``v`` of their log-linear pool
+``log_softmax(sum_c v_c log p_c)`` by NLL on them (convex), fits the margin
+temperature on the pooled out-of-fold rows, and predicts with the pool of
+the three candidates refitted on all rows.
+
 Parts (``--part``):
 
 - ``check``: the estimate against exact leave-one-out (300 refits) on 300
@@ -25,8 +35,8 @@ Parts (``--part``):
 - ``small``: 100, 300 and 1,000 val rows, 5 draws (``bench_small_n``'s
   tables; ``--out`` writes ``<name>_small``).
 
-Run ``python benchmarks/bench_margin_loo.py --part check|quality|small
-[--out DIR] [--name bench_margin_loo]``.
+Run ``python benchmarks/bench_margin_variants.py --part check|quality|small
+[--out DIR] [--name bench_margin_variants]``.
 """
 
 import argparse
@@ -38,7 +48,12 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import load_set  # noqa: E402
 
-from sklearn_calib import MarginTemperatureScaling  # noqa: E402
+from sklearn_calib import (  # noqa: E402
+    MarginTemperatureScaling,
+    StructuredMatrixScaling,
+    StructuredVectorScaling,
+    TemperatureScaling,
+)
 
 
 def loo_nll(log_proba, y, weights, left, right_weight, values, **objective):
@@ -168,8 +183,83 @@ class LooMarginTemperature(MarginTemperatureScaling):
         self.log_inverse_temperature_ = options[self.choice_][1]
 
 
+def pool_weights(log_probas, y, weights):
+    """Non-negative ``v`` minimising the NLL of ``log_softmax(sum_c v_c l_c)``."""
+    from scipy.optimize import minimize
+
+    weights = weights / weights.sum()
+    rows = np.arange(y.shape[0])
+
+    def nll_and_gradient(v):
+        pooled = sum(vc * lp for vc, lp in zip(v, log_probas, strict=True))
+        log_norm = np.logaddexp.reduce(pooled, axis=1)
+        proba = np.exp(pooled - log_norm[:, None])
+        nll = weights @ (log_norm - pooled[rows, y])
+        gradient = [
+            weights @ ((proba * lp).sum(axis=1) - lp[rows, y]) for lp in log_probas
+        ]
+        return nll, np.asarray(gradient)
+
+    start = np.zeros(len(log_probas))
+    start[0] = 1.0
+    bounds = [(0.0, None)] * len(log_probas)
+    return minimize(
+        nll_and_gradient, start, jac=True, method="L-BFGS-B", bounds=bounds
+    ).x
+
+
+class PooledBaseMarginTemperature(MarginTemperatureScaling):
+    """The margin temperature on a log-linear pool of the default's candidates."""
+
+    def _training_log_proba(self, logits, y, sample_weight):
+        from sklearn.base import clone
+
+        from sklearn_calib._meta.cross_validation import cv_splits, with_code_classes
+        from sklearn_calib.utils._math import log_softmax
+
+        kinds = (TemperatureScaling, StructuredVectorScaling, StructuredMatrixScaling)
+        candidates = [
+            with_code_classes(kind(device=self.device), logits.shape[1])
+            for kind in kinds
+        ]
+        splits = cv_splits(self.cv, logits, y)
+        out_of_fold = []
+        for candidate in candidates:
+            oof = np.empty(logits.shape)
+            for train, test in splits:
+                fitted = clone(candidate).fit(
+                    logits[train], y[train], sample_weight=sample_weight[train]
+                )
+                oof[test] = fitted.transform(logits[test])
+            out_of_fold.append(log_softmax(oof))
+        self.pool_weights_ = pool_weights(out_of_fold, y, sample_weight)
+        self.pool_ = [
+            clone(c).fit(logits, y, sample_weight=sample_weight) for c in candidates
+        ]
+        # a fitted calibrator for the checks of the fitted state
+        self.base_ = self.pool_[int(np.argmax(self.pool_weights_))]
+        return self._pooled(out_of_fold)
+
+    def _pooled(self, log_probas):
+        from sklearn_calib.utils._math import log_softmax
+
+        weights = self.pool_weights_
+        pooled = sum(v * lp for v, lp in zip(weights, log_probas, strict=True))
+        return log_softmax(pooled)
+
+    def _base_log_proba(self, logits):
+        from sklearn_calib.utils._math import log_softmax
+
+        return self._pooled(
+            [
+                log_softmax(np.asarray(c.transform(logits), dtype=np.float64))
+                for c in self.pool_
+            ]
+        )
+
+
 def variants():
-    """name -> factory(classes): the shipped default and the two criteria."""
+    """name -> factory(classes): the shipped default and the variants."""
     return {
         "MarginTemperatureScaling": lambda classes: MarginTemperatureScaling(
             device="cpu", classes=classes
@@ -179,6 +269,9 @@ def variants():
         ),
         "LOO grid": lambda classes: LooMarginTemperature(
             strategy="grid", device="cpu", classes=classes
+        ),
+        "pooled base": lambda classes: PooledBaseMarginTemperature(
+            device="cpu", classes=classes
         ),
     }
 
@@ -239,7 +332,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--part", choices=["check", "quality", "small"])
     parser.add_argument("--out", default=None)
-    parser.add_argument("--name", default="bench_margin_loo")
+    parser.add_argument("--name", default="bench_margin_variants")
     args = parser.parse_args(argv)
     out = [] if args.out is None else ["--out", args.out]
     if args.part == "check":
@@ -256,8 +349,8 @@ def main(argv=None):
             name: (lambda factory=factory: factory(None))
             for name, factory in factories.items()
         }
-        only = "TemperatureScaling,MarginTemperatureScaling,LOO"
-        name = ["--name", f"{args.name}_quality", "--versus", "LOO grid"]
+        only = "TemperatureScaling,MarginTemperatureScaling,LOO,pooled"
+        name = ["--name", f"{args.name}_quality"]
         bench_quality.main(["--only", only, *name, *out])
     else:
         import bench_small_n
@@ -268,7 +361,8 @@ def main(argv=None):
             **variants(),
         }
         name = ["--name", f"{args.name}_small"]
-        bench_small_n.main(["--only", "MarginTemperatureScaling,LOO", *name, *out])
+        only = "MarginTemperatureScaling,LOO,pooled"
+        bench_small_n.main(["--only", only, *name, *out])
 
 
 if __name__ == "__main__":
