@@ -115,7 +115,8 @@ class MarginTemperatureScaling(BaseCalibrator):
         the base used for prediction is fitted on all rows. A
         :class:`CalibratorSelector` base (the default) is cross-validated on
         these same splits, which both choose its candidate and give the
-        out-of-fold predictions. ``None`` fits the temperature on the base's
+        out-of-fold predictions (its structured maps' fits there stop at
+        its ``fold_tol``). ``None`` fits the temperature on the base's
         predictions of its own calibration rows: one base fit, but a base
         that overfits looks better calibrated there than on new data.
         ``cv=3`` fits in about 60 % of the time of the default 5 folds, with
