@@ -16,10 +16,12 @@ Parts (``--part``, default all):
 - ``selector``: CalibratorSelector (5 folds; the default candidates, and
   MarginTemperatureScaling's three) against the sum of one full fit of each
   candidate, with ``n_jobs`` 1 and 2, each fitted twice in a row (the first
-  call with ``n_jobs`` 2 starts joblib's workers), then with ``n_jobs`` 1 on
-  the paths of main before the fourth session of 2026-12-06 (each candidate
-  fitting its own temperature on every split, matrix and Dirichlet folds
-  building their own class blocks; restored by monkeypatching), and
+  call with ``n_jobs`` 2 starts joblib's workers), then with ``n_jobs`` 1
+  and ``fold_tol=None`` (every fold fit to its candidate's own ``tol``), and
+  with ``n_jobs`` 1 on the paths of main before the fourth session of
+  2026-12-06 (``fold_tol=None``, each candidate fitting its own temperature
+  on every split, matrix and Dirichlet folds building their own class
+  blocks; restored by monkeypatching), and
   ``cross_validate(MatrixScaling(), n_jobs=...)``.
 - ``smart-stop``: SMART with its defaults (2,000 steps) against
   ``SMART(early_stopping=True)`` (the recipe's stopping rule) on every public
@@ -30,10 +32,13 @@ Parts (``--part``, default all):
   rows, alternating with the same fit on the paths of main before the
   session of 2026-12-06 (the margin objective's gradient through autograd,
   each fold of the base's selector scored by the ``neg_log_loss``
-  scorer object with a second pass for its out-of-fold predictions, and
-  each of its candidates fitting its own temperature on every split, all
-  restored by monkeypatching): median and range of wall seconds, median
-  process CPU seconds, and the largest difference of the fitted knot values.
+  scorer object with a second pass for its out-of-fold predictions, each
+  of its candidates fitting its own temperature on every split, and every
+  fold fit to its candidate's own ``tol``, all restored by monkeypatching)
+  and with today's paths but every fold fit to its own ``tol`` (the
+  selector's ``fold_tol=None``): median and range of wall seconds, median
+  process CPU seconds, and the largest difference of the fitted knot values
+  from today's.
 - ``threads``: small fits (200 and 5,000 rows x 100 classes) with torch on
   the default threads (the one-thread rule of ``_torch/_threads.py`` turned
   off) and on one thread, alternately, wall and CPU seconds.
@@ -179,6 +184,7 @@ def part_margin_repeat(names, repeat):
     fit_and_score = selector_module._fit_and_score
     hand_written = margin_module._Objective.__call__
     shared_temperatures = selector_module._shared_temperatures
+    fold_candidate = selector_module._fold_candidate
 
     def scorer_path(*args, log_loss_scorer=False, **kwargs):
         return fit_and_score(*args, log_loss_scorer=False, **kwargs)
@@ -187,13 +193,24 @@ def part_margin_repeat(names, repeat):
         # every candidate fits its own temperature on every split
         return [[({}, None)] * len(splits) for _ in estimators]
 
+    def own_tol(estimator, fold_tol, warm_start):
+        # every fold fit to the candidate's own tol (fold_tol=None)
+        return estimator
+
     paths = {
-        "before (autograd gradient, scorer object, own temperatures)": (
+        "before (autograd gradient, scorer object, own temperatures, own tol)": (
             scorer_path,
             margin_module._Objective.autograd_value_and_gradient,
             own_temperatures,
+            own_tol,
         ),
-        "now": (fit_and_score, hand_written, shared_temperatures),
+        "now with fold_tol=None": (
+            fit_and_score,
+            hand_written,
+            shared_temperatures,
+            own_tol,
+        ),
+        "now": (fit_and_score, hand_written, shared_temperatures, fold_candidate),
     }
     header = ["set", "rows", "paths", "fits", "median wall s", "wall range s",
               "median CPU s", "max |knot value difference|"]  # fmt: skip
@@ -207,10 +224,11 @@ def part_margin_repeat(names, repeat):
                 times = {label: [] for label in paths}
                 values = {}
                 for _ in range(repeat):
-                    for label, (scoring, gradient, shared) in paths.items():
+                    for label, (scoring, gradient, shared, fold) in paths.items():
                         selector_module._fit_and_score = scoring
                         margin_module._Objective.__call__ = gradient
                         selector_module._shared_temperatures = shared
+                        selector_module._fold_candidate = fold
                         model = MarginTemperatureScaling(device="cpu")
                         wall, cpu, _ = timed(model.fit, X, y)
                         times[label].append((wall, cpu))
@@ -230,6 +248,7 @@ def part_margin_repeat(names, repeat):
         selector_module._fit_and_score = fit_and_score
         margin_module._Objective.__call__ = hand_written
         selector_module._shared_temperatures = shared_temperatures
+        selector_module._fold_candidate = fold_candidate
     return markdown_table(header, rows)
 
 
@@ -289,8 +308,10 @@ def part_selector(names, n_jobs_list):
                     # processes (each imports torch); the second reuses them.
                     calls = ["first", "second"]
                     if n_jobs in (None, 1):
-                        calls.append("previous paths")
+                        calls += ["fold_tol=None", "previous paths"]
                     for call in calls:
+                        if call in ("fold_tol=None", "previous paths"):
+                            kwargs["fold_tol"] = None
                         model = CalibratorSelector(candidates, **kwargs)
                         paths = (
                             previous_selector_paths()

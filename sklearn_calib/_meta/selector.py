@@ -109,12 +109,11 @@ def _fold_candidate(estimator, fold_tol, warm_start):
     An affine map of this library that starts cold stops at a gradient of
     ``fold_tol`` where its own ``tol`` is tighter: a fold fit only scores the
     candidate and predicts its held-out rows, and the last digits of its
-    optimum move neither (``fold_tol=1e-5`` on three CIFAR-100 sets: mean
-    scores within 1.5e-5 relative of the tight fits', MarginTemperatureScaling's
-    probabilities within 4e-5, the structured matrix folds in about half the
-    iterations; ``benchmarks/bench_margin_speed.py``). A warm-started fold keeps the
-    candidate's own ``tol``: stopped early, it would stay nearer its start,
-    a map fitted with the held-out rows.
+    optimum move neither (``fold_tol=1e-6`` on five public sets: mean scores
+    within 4e-7 relative of the tight fits', the same winner;
+    docs/benchmarks.md, issue 21). A warm-started fold keeps the candidate's
+    own ``tol``: stopped early, it would stay nearer its start, a map fitted
+    with the held-out rows.
     """
     from .._scaling.affine import AffineCalibrator
 
@@ -361,17 +360,19 @@ class CalibratorSelector(BaseCalibrator):
         re-raises the error. A candidate with a NaN mean score is never
         chosen; if every candidate has one, the first is used, with a
         warning.
-    fold_tol : float or None, default=1e-5
+    fold_tol : float or None, default=1e-6
         Gradient tolerance of the fits on the training parts, for the affine
         maps of this library (vector, matrix, Dirichlet, Platt and the
         structured maps) whose own ``tol`` is tighter: they are fitted there
         with ``tol=fold_tol``. These fits only score the candidates and
         predict the held-out rows, which the last digits of the optimum do
-        not move (mean scores within 1.5e-5 relative of the tight fits' on
-        CIFAR-100 sets). The refit of the chosen candidate on all the rows, and the
-        fits on the training parts that start from it (matrix and Dirichlet
-        calibration), keep the candidate's own ``tol``. ``None``: every fit
-        uses the candidate's own ``tol``.
+        not move (mean scores within 4e-7 relative of the tight fits' on
+        five public sets, and MarginTemperatureScaling's probabilities within
+        2e-6 on the two most sensitive of them). The refit of the chosen
+        candidate on all the rows, and the fits on the training parts that
+        start from it (matrix and Dirichlet calibration), keep the
+        candidate's own ``tol``. ``None``: every fit uses the candidate's own
+        ``tol``.
     classes : array-like of shape (n_classes,), default=None
         The label of each logit column, in column order (for a single score
         column: the negative, then the positive class). Set it when the
@@ -478,7 +479,7 @@ class CalibratorSelector(BaseCalibrator):
         cv=5,
         n_jobs=None,
         error_score=np.nan,
-        fold_tol=1e-5,
+        fold_tol=1e-6,
         classes=None,
     ):
         self.calibrators = calibrators

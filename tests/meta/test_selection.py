@@ -63,7 +63,7 @@ def _biased_logits(n_samples=900, seed=0):
     return X, y
 
 
-def _as_on_folds(candidate, fold_tol=1e-5):
+def _as_on_folds(candidate, fold_tol=1e-6):
     """The candidate as the selector fits it on the training parts.
 
     Vector scaling starts cold there and stops at a gradient of ``fold_tol``
@@ -75,7 +75,7 @@ def _as_on_folds(candidate, fold_tol=1e-5):
     return clone(candidate)
 
 
-def _by_hand(candidates, X, y, cv, scoring, fold_tol=1e-5):
+def _by_hand(candidates, X, y, cv, scoring, fold_tol=1e-6):
     """Per-split scores of every candidate from cross_val_score."""
     return np.array(
         [
@@ -95,7 +95,7 @@ def _by_hand(candidates, X, y, cv, scoring, fold_tol=1e-5):
         ("neg_expected_calibration_error", 2),
     ],
 )
-@pytest.mark.parametrize("fold_tol", [1e-5, None])
+@pytest.mark.parametrize("fold_tol", [1e-6, 1e-4, None])
 def test_scores_and_winner_match_cross_val_score_on_real_logits(
     scoring, n_candidates, fold_tol
 ):
@@ -522,8 +522,8 @@ def test_fold_tol_loosens_only_the_cold_affine_fold_fits(monkeypatch):
 
 def test_fold_tol_moves_the_scores_far_less_than_their_noise():
     # The default fold_tol against fold fits at the candidates' own tol, on
-    # real logits: the same winner, mean scores within 2e-5 relative, a
-    # hundredth of the spread of the scores over the splits and less.
+    # real logits: the same winner, mean scores within 2e-6 relative, a
+    # thousandth of the spread of the scores over the splits and less.
     from sklearn_calib import StructuredMatrixScaling, StructuredVectorScaling
 
     data = load_shared("c10_lenet5_netcal")
@@ -538,10 +538,10 @@ def test_fold_tol_moves_the_scores_far_less_than_their_noise():
     tight = CalibratorSelector(candidates, fold_tol=None).fit(X, y).cv_results_
     assert np.argmin(loose["rank_test_score"]) == np.argmin(tight["rank_test_score"])
     np.testing.assert_allclose(
-        loose["mean_test_score"], tight["mean_test_score"], rtol=2e-5
+        loose["mean_test_score"], tight["mean_test_score"], rtol=2e-6
     )
     difference = np.abs(loose["mean_test_score"] - tight["mean_test_score"])
-    assert np.all(difference <= 1e-2 * tight["std_test_score"])
+    assert np.all(difference <= 1e-3 * tight["std_test_score"])
 
 
 def test_fold_fits_take_the_full_fits_blocks_and_the_refit_keeps_none(monkeypatch):
