@@ -13,9 +13,10 @@ leave-one-out, one Newton step per row:
 with ``g_i`` the gradient of row i's NLL in the knot values ``u`` and ``H``
 the Hessian of the whole objective (NLL, smooth ECE and ridge; the ECE
 term's dependence on row i is left out). The base's own NLL on those rows
-is already held out. ``strategy="fallback"`` keeps the margin temperature
-only where its estimate is below the base's; ``"grid"`` also refits it with
-4, 16 and 64 times the ridge and keeps the lowest estimate of the five.
+is already held out. ``LooMarginTemperature`` keeps the margin temperature
+only where its estimate is below the base's; ``LooGridMarginTemperature``
+also refits it with 4, 16 and 64 times the ridge and keeps the lowest
+estimate of the five.
 
 **A pooled base** instead of the selector's single choice, against the
 noise of choosing among temperature, structured vector and structured
@@ -94,40 +95,13 @@ def loo_nll(log_proba, y, weights, left, right_weight, values, **objective):
 
 
 class LooMarginTemperature(MarginTemperatureScaling):
-    """The shipped fit, then the margin temperature kept by leave-one-out NLL."""
+    """The shipped fit, then the margin temperature kept by leave-one-out NLL.
 
-    def __init__(
-        self,
-        base=None,
-        *,
-        strategy="fallback",
-        n_knots=8,
-        ece_weight=1.0,
-        alpha="auto",
-        n_bins=15,
-        sigma=0.05,
-        delta=1e-3,
-        cv=5,
-        max_iter=500,
-        tol=1e-6,
-        device="auto",
-        classes=None,
-    ):
-        super().__init__(
-            base,
-            n_knots=n_knots,
-            ece_weight=ece_weight,
-            alpha=alpha,
-            n_bins=n_bins,
-            sigma=sigma,
-            delta=delta,
-            cv=cv,
-            max_iter=max_iter,
-            tol=tol,
-            device=device,
-            classes=classes,
-        )
-        self.strategy = strategy
+    ``_strategy`` "fallback": kept or dropped; "grid": also refitted with 4,
+    16 and 64 times the ridge (``LooGridMarginTemperature``).
+    """
+
+    _strategy = "fallback"
 
     def _training_log_proba(self, logits, y, sample_weight):
         self._rows = super()._training_log_proba(logits, y, sample_weight)
@@ -149,7 +123,7 @@ class LooMarginTemperature(MarginTemperatureScaling):
         fitted = self.log_inverse_temperature_
         options = [(base_nll, np.zeros_like(fitted))]
         alphas = [self.alpha_]
-        if self.strategy == "grid":
+        if self._strategy == "grid":
             alphas += [self.alpha_ * f for f in (4.0, 16.0, 64.0)]
         shifted = torch.tensor(log_proba - log_proba.max(axis=1, keepdims=True))
         for alpha in alphas:
@@ -206,6 +180,10 @@ def pool_weights(log_probas, y, weights):
     return minimize(
         nll_and_gradient, start, jac=True, method="L-BFGS-B", bounds=bounds
     ).x
+
+
+class LooGridMarginTemperature(LooMarginTemperature):
+    _strategy = "grid"
 
 
 class PooledBaseMarginTemperature(MarginTemperatureScaling):
@@ -265,10 +243,10 @@ def variants():
             device="cpu", classes=classes
         ),
         "LOO fallback": lambda classes: LooMarginTemperature(
-            strategy="fallback", device="cpu", classes=classes
+            device="cpu", classes=classes
         ),
-        "LOO grid": lambda classes: LooMarginTemperature(
-            strategy="grid", device="cpu", classes=classes
+        "LOO grid": lambda classes: LooGridMarginTemperature(
+            device="cpu", classes=classes
         ),
         "pooled base": lambda classes: PooledBaseMarginTemperature(
             device="cpu", classes=classes
