@@ -55,6 +55,7 @@ from sklearn_calib import (  # noqa: E402
     StructuredVectorScaling,
     TemperatureScaling,
 )
+from sklearn_calib.utils._math import log_softmax  # noqa: E402
 
 
 def loo_nll(log_proba, y, weights, left, right_weight, values, **objective):
@@ -82,11 +83,10 @@ def loo_nll(log_proba, y, weights, left, right_weight, values, **objective):
         design[rows, left] = 1.0 - right_weight
         design[rows, left + 1] = right_weight
     beta = np.exp(design @ values)
-    scaled = shifted * beta[:, None]
-    log_norm = np.logaddexp.reduce(scaled, axis=1)
-    proba = np.exp(scaled - log_norm[:, None])
+    calibrated = log_softmax(shifted * beta[:, None])
+    proba = np.exp(calibrated)
     true = shifted[rows, y]
-    nll = log_norm - beta * true
+    nll = -calibrated[rows, y]
     # d NLL_i / d u = (E_q[l] - l_y) beta_i times the interpolation weights
     slope = ((proba * shifted).sum(axis=1) - true) * beta
     leverage = np.einsum("ij,jk,ik->i", design, np.linalg.inv(hessian), design)
@@ -165,10 +165,11 @@ def pool_weights(log_probas, y, weights):
     rows = np.arange(y.shape[0])
 
     def nll_and_gradient(v):
-        pooled = sum(vc * lp for vc, lp in zip(v, log_probas, strict=True))
-        log_norm = np.logaddexp.reduce(pooled, axis=1)
-        proba = np.exp(pooled - log_norm[:, None])
-        nll = weights @ (log_norm - pooled[rows, y])
+        pooled = log_softmax(
+            sum(vc * lp for vc, lp in zip(v, log_probas, strict=True))
+        )
+        proba = np.exp(pooled)
+        nll = -(weights @ pooled[rows, y])
         gradient = [
             weights @ ((proba * lp).sum(axis=1) - lp[rows, y]) for lp in log_probas
         ]
@@ -193,8 +194,6 @@ class PooledBaseMarginTemperature(MarginTemperatureScaling):
         from sklearn.base import clone
 
         from sklearn_calib._meta.cross_validation import cv_splits, with_code_classes
-        from sklearn_calib.utils._math import log_softmax
-
         kinds = (TemperatureScaling, StructuredVectorScaling, StructuredMatrixScaling)
         candidates = [
             with_code_classes(kind(device=self.device), logits.shape[1])
@@ -219,15 +218,11 @@ class PooledBaseMarginTemperature(MarginTemperatureScaling):
         return self._pooled(out_of_fold)
 
     def _pooled(self, log_probas):
-        from sklearn_calib.utils._math import log_softmax
-
         weights = self.pool_weights_
         pooled = sum(v * lp for v, lp in zip(weights, log_probas, strict=True))
         return log_softmax(pooled)
 
     def _base_log_proba(self, logits):
-        from sklearn_calib.utils._math import log_softmax
-
         return self._pooled(
             [
                 log_softmax(np.asarray(c.transform(logits), dtype=np.float64))
@@ -259,8 +254,11 @@ def part_check(name="c100_resnet56_chenyaofo", n_rows=300):
 
     from sklearn_calib._margin.features import logit_margins
     from sklearn_calib._margin.margin_temperature import _weighted_quantiles
-    from sklearn_calib._torch._margin import fit_margin_temperature, interpolation
-    from sklearn_calib.utils._math import log_softmax
+    from sklearn_calib._torch._margin import (
+        fit_margin_temperature,
+        interpolation,
+        log_inverse_temperature,
+    )
 
     data = load_set(name)
     subset = np.random.default_rng(0).choice(len(data["y_val"]), n_rows, replace=False)
@@ -298,9 +296,8 @@ def part_check(name="c100_resnet56_chenyaofo", n_rows=300):
     exact = []
     for i in range(n_rows):
         kept = fit(np.delete(np.arange(n_rows), i))
-        beta = np.exp(np.interp(margins[i], knots, kept))
-        scaled = beta * (log_proba[i] - log_proba[i].max())
-        exact.append(np.logaddexp.reduce(scaled) - scaled[y[i]])
+        beta = np.exp(log_inverse_temperature(margins[i : i + 1], knots, kept))
+        exact.append(-log_softmax(beta[:, None] * log_proba[i : i + 1])[0, y[i]])
     print(f"{name}, {n_rows} rows, raw logits as the base (log-softmax):")
     print(f"training NLL {train:.4f}, approximate leave-one-out {estimate:.4f},")
     print(f"exact leave-one-out ({n_rows} refits) {np.mean(exact):.4f}")
