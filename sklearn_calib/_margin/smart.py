@@ -114,7 +114,10 @@ class SMART(BaseCalibrator):
     delta : float, default=1e-3
         Smoothing of the Charbonnier penalty ``sqrt(r^2 + delta^2)``.
     lr : float, default=5e-3
-        Adam learning rate.
+        Adam learning rate (the paper's, with its 2,000 steps).
+        ``lr=2.5e-2`` with ``max_iter=400`` fits in a fifth of the time with
+        a mean test ECE over seeds no higher on the public sets (see the user
+        guide).
     max_iter : int, default=2000
         Number of full-batch Adam steps.
     early_stopping : bool, default=False
