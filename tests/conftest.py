@@ -7,6 +7,13 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     # BLAS's own thread pools would then fight over the same cores.
     for variable in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(variable, "1")
+    # numpy is imported before this file in a worker (by a plugin), so its
+    # BLAS has already read the environment: it kept two threads, and the
+    # golden predictions of matrix and Dirichlet scaling (written on one
+    # thread, as the workers run torch) moved by 1.8e-7. Limit it here too.
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
 
 import numpy as np
 import pytest
