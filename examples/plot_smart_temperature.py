@@ -16,8 +16,9 @@ scaling and 0.76-0.82% with SMART.
 # %%
 # Fit both calibrators on the validation logits
 # ---------------------------------------------
-# SMART trains with Adam; 500 steps (instead of the default 2000) keep this
-# example fast and already reach most of the gain.
+# SMART trains with Adam, full batch: 300 steps at a learning rate of 4e-2
+# by default (the paper's 2,000 steps at 5e-3 reach the same test ECE on
+# average over seeds, in six times the time).
 import matplotlib.pyplot as plt
 import numpy as np
 from scipy.special import softmax
@@ -33,9 +34,7 @@ from sklearn_calib.metrics import (
 
 data = load_logits("c10_resnet50_cross_entropy_smart")
 ts = TemperatureScaling(device="cpu").fit(data.logits_val, data.y_val)
-smart = SMART(max_iter=500, device="cpu", random_state=0).fit(
-    data.logits_val, data.y_val
-)
+smart = SMART(device="cpu", random_state=0).fit(data.logits_val, data.y_val)
 
 # %%
 # Test metrics

@@ -113,18 +113,21 @@ class SMART(BaseCalibrator):
         Width of the Gaussian soft-binning kernel.
     delta : float, default=1e-3
         Smoothing of the Charbonnier penalty ``sqrt(r^2 + delta^2)``.
-    lr : float, default=5e-3
-        Adam learning rate (the paper's, with its 2,000 steps).
-        ``lr=2.5e-2`` with ``max_iter=400`` fits in a fifth of the time with
-        a mean test ECE over seeds no higher on the public sets (see the user
-        guide).
-    max_iter : int, default=2000
+    lr : float, default=4e-2
+        Adam learning rate. The paper trains at ``5e-3`` for 2,000 steps
+        (``SMART(lr=5e-3, max_iter=2000)``). Eight times the rate for 300
+        steps gives about the same mean test ECE on the public sets (1.56 %
+        against 1.63 % fitted on val, seeds 0-4; 1.52 % against 1.46 % over
+        random re-splits) and a lower NLL, in a sixth of the CPU time; a
+        fit depends more on rounding (see the user guide).
+    max_iter : int, default=300
         Number of full-batch Adam steps.
     early_stopping : bool, default=False
         Stop once ``n_iter_no_change`` consecutive steps bring no improvement
         of the training loss larger than ``tol`` (there is no held-out split:
         the loss is the calibration objective itself). The best parameters
-        seen are kept either way.
+        seen are kept either way. The authors' recipe is
+        ``SMART(lr=5e-3, max_iter=2000, early_stopping=True)``.
     n_iter_no_change : int, default=200
         Patience of the early stop.
     tol : float, default=1e-4
@@ -211,7 +214,7 @@ class SMART(BaseCalibrator):
     >>> rng = np.random.default_rng(0)
     >>> y = rng.integers(0, 3, size=2000)
     >>> logits = 4.0 * np.eye(3)[y] + rng.normal(scale=2.0, size=(2000, 3))
-    >>> smart = SMART(max_iter=300, device="cpu", random_state=0).fit(logits, y)
+    >>> smart = SMART(device="cpu", random_state=0).fit(logits, y)
     >>> bool(smart.predict_temperature(logits).min() >= 0.1)
     True
     >>> bool((smart.predict(logits) == logits.argmax(axis=1)).all())
@@ -243,8 +246,8 @@ class SMART(BaseCalibrator):
         n_bins=15,
         sigma=0.05,
         delta=1e-3,
-        lr=5e-3,
-        max_iter=2000,
+        lr=4e-2,
+        max_iter=300,
         early_stopping=False,
         n_iter_no_change=200,
         tol=1e-4,

@@ -168,12 +168,15 @@ def test_gradient_matches_autograd_for_other_bins(sigma, n_bins):
 
 
 def test_training_follows_torch_adam_step_for_step():
-    """40 steps of our loop = autograd + torch.optim.Adam + a deep-copied best."""
+    """40 steps of our loop = autograd + torch.optim.Adam + a deep-copied best.
+
+    At the default learning rate (4e-2; the paper's 5e-3 gave the same match).
+    """
     X, y = make_logits(n_samples=300, n_classes=4, seed=4)
     logits, labels = torch.from_numpy(X), torch.from_numpy(y)
     weights = torch.ones(300, dtype=torch.float64)
     net = reference_network((16,), seed=7)
-    optimiser = torch.optim.Adam(net.parameters(), lr=5e-3)
+    optimiser = torch.optim.Adam(net.parameters(), lr=SMART().lr)
     losses, best, best_state = [], np.inf, None
     for _ in range(40):
         loss = reference_loss(net, logits, labels, weights, "charbonnier_soft_ece")
@@ -490,21 +493,23 @@ def test_published_cifar10_resnet50_figure():
     assert ece < ts_ece
 
 
-def test_short_schedule_beats_temperature_scaling_on_the_papers_network():
-    """``lr=2.5e-2, max_iter=400``, the faster setting of the user guide.
+def test_default_and_paper_schedules_beat_temperature_scaling_there():
+    """The default (lr=4e-2, 300 steps) and the paper's (5e-3, 2,000 steps).
 
-    Five times the learning rate for a fifth of the steps: on the paper's
-    ResNet-50 every seed still lands below temperature scaling's test ECE
-    (1.37 %), as the default schedule does (docs/benchmarks.md).
+    On the paper's ResNet-50 every seed of the default, and the paper's
+    schedule, land well below temperature scaling's test ECE (1.37 %): the
+    shorter default schedule reaches what the paper's does
+    (docs/benchmarks.md, issue 21).
     """
     data = load_shared("c10_resnet50_cross_entropy_smart")
     val, y_test = (data["logits_val"], data["y_val"]), data["y_test"]
     ts = TemperatureScaling(device="cpu").fit(*val)
     ts_ece = expected_calibration_error(y_test, ts.predict_proba(data["logits_test"]))
-    for seed in range(3):
-        smart = SMART(lr=2.5e-2, max_iter=400, device="cpu", random_state=seed)
+    fits = [SMART(device="cpu", random_state=seed) for seed in range(3)]
+    fits.append(SMART(lr=5e-3, max_iter=2000, device="cpu", random_state=0))
+    for smart in fits:
         smart.fit(*val)
-        assert smart.n_iter_ == 400
+        assert smart.n_iter_ == smart.max_iter
         proba = smart.predict_proba(data["logits_test"])
         assert expected_calibration_error(y_test, proba) < 0.8 * ts_ece
 
@@ -543,10 +548,14 @@ def test_float32_masked_at_finfo_min_trains_like_unmasked():
     X, y = make_logits(n_samples=1500, n_classes=10, seed=21, dtype=np.float32)
     lowest = np.finfo(np.float32).min
     masked = np.hstack([X, np.full((1500, 20), lowest, dtype=np.float32)])
+    # At the paper's rate: the default's eight-times larger one makes Adam
+    # bounce between steps, which amplifies the last-bit differences of the
+    # float32 sums over 10 and 30 columns (temperatures 3e-3 apart, measured;
+    # 1e-6 at 5e-3), so the layouts could not be compared to 1e-4.
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        plain = fast(max_iter=300).fit(X, y)
-        ours = fast(max_iter=300).fit(masked, y)
+        plain = fast(lr=5e-3, max_iter=300).fit(X, y)
+        ours = fast(lr=5e-3, max_iter=300).fit(masked, y)
     assert np.all(np.isfinite(ours.loss_curve_))
     np.testing.assert_allclose(ours.loss_curve_, plain.loss_curve_, rtol=1e-4)
     np.testing.assert_allclose(
