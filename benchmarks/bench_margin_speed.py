@@ -73,14 +73,9 @@ from _common import (  # noqa: E402
     public_sets,
     write_results,
 )
-from smart_recipe import fit_smart_recipe  # noqa: E402
+from smart_recipe import PAPER_SCHEDULE, RECIPE, fit_smart_recipe  # noqa: E402
 
 SETS = ["c100_resnet56_chenyaofo", "c100_wrn16-4_netcal", "c100_densenetbc100_netcal"]
-# The paper's schedule, SMART's default before the session of 2026-12-07
-# (the default is now lr=4e-2 for 300 steps; docs/benchmarks.md, issue 21),
-# and the authors' recipe: that schedule with their early stop.
-PAPER_SCHEDULE = {"lr": 5e-3, "max_iter": 2000}
-RECIPE = {**PAPER_SCHEDULE, "early_stopping": True}
 
 
 def quality(y, proba):

@@ -37,6 +37,7 @@ from _common import (  # noqa: E402
     public_sets,
     write_results,
 )
+from smart_recipe import RECIPE  # noqa: E402
 
 CIFAR_SETS = [
     "c10_resnet50_cross_entropy_smart",
@@ -58,8 +59,6 @@ SPEED_SETS = {
 SPEED_TARGETS = {"5000 x 10": 1.0, "5000 x 100": 3.0}
 SEEDS = range(5)
 SUBSET_SIZES = [50, 100, 200, 500, 1000, 2000]
-# The authors' recipe: the paper's schedule with their early stop.
-RECIPE = {"lr": 5e-3, "max_iter": 2000, "early_stopping": True}
 SUBSET_DRAWS = 3
 
 

@@ -27,8 +27,8 @@ same package versions) when SMART's default schedule changed (session of
 2026-12-07: lr 4e-2 for 300 steps instead of 5e-3 for 2,000): the SMART
 keys moved by up to 6.4e-2; the other keys by at most 4.3e-6
 (MarginTemperatureScaling; matrix and Dirichlet scaling 1.8e-7, everything
-else bit-identical), from the machine or its thread settings, as the code of those fits did
-not change.
+else bit-identical), from the machine or its thread settings, as the code
+of those fits did not change.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or
