@@ -80,6 +80,7 @@ from ._affine_objective import (
     spaced_rows,
     times_power_of_two,
 )
+from ._device import to_tensor
 
 # Newton when the free parameters are few (vector scaling up to 64 classes,
 # matrix scaling up to 10) and one Hessian costs at most _NEWTON_WORK
@@ -925,7 +926,13 @@ def _warm_theta(objective, theta, loss, grad, curv, warm_start, columns, factor)
     start's class blocks in the solver's units where it has them and is used
     (every column kept), else None.
     """
-    coef, intercept = (torch.as_tensor(a, dtype=torch.float64) for a in warm_start[:2])
+    # joblib hands a worker its larger arrays (the blocks) as read-only
+    # memmaps, on which torch.as_tensor warns: to_tensor copies nothing and
+    # says nothing (none of them is written to).
+    coef, intercept = (
+        to_tensor(np.asarray(a, dtype=np.float64), torch.device("cpu"))
+        for a in warm_start[:2]
+    )
     index = columns.cpu()
     warm = torch.empty(objective.shape, dtype=torch.float64)
     warm[:, :-1] = coef[index[:, None], index[None, :]] / factor
@@ -936,8 +943,8 @@ def _warm_theta(objective, theta, loss, grad, curv, warm_start, columns, factor)
         if warm_loss < loss:
             blocks = warm_start[2] if len(warm_start) > 2 else None
             if blocks is not None and blocks.shape[0] == objective.n_classes:
-                blocks = torch.as_tensor(blocks, dtype=torch.float64)
-                blocks = blocks.to(theta.device)
+                blocks = np.asarray(blocks, dtype=np.float64)
+                blocks = to_tensor(blocks, theta.device)
                 scale = _unit_scale(factor, blocks.shape[1], blocks.device)
                 blocks = blocks * scale[:, None] * scale[None, :]
             else:

@@ -275,6 +275,44 @@ def test_warm_start_blocks_precondition_a_fold_to_its_own_optimum(monkeypatch):
     assert abs(warm.loss - cold.loss) <= 1e-12
 
 
+_READ_ONLY_WARM_START = """
+import warnings
+import numpy as np
+import torch
+from sklearn_calib._torch import _affine
+from sklearn_calib.utils._testing import make_logits
+
+warnings.simplefilter("error")
+_affine._NEWTON_PARAMS = 0
+logits, y = make_logits(n_samples=400, n_classes=5, seed=3)
+args = (torch.as_tensor(logits), torch.as_tensor(y), torch.ones(len(y)))
+full = _affine.fit_affine(*args, kind="matrix", keep_blocks=True)
+warm = [np.array(a) for a in (full.coef, full.intercept, full.blocks)]
+for a in warm:
+    a.flags.writeable = False
+fold = _affine.fit_affine(*args, kind="matrix", warm_start=tuple(warm))
+assert fold.status == "converged", fold.status
+"""
+
+
+def test_read_only_warm_start_fits_without_a_warning():
+    # joblib gives the selector's workers the full fit's class blocks as a
+    # read-only memmap; torch.as_tensor warned there (once per process, so
+    # only a fresh interpreter shows it).
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    completed = subprocess.run(
+        [sys.executable, "-c", _READ_ONLY_WARM_START],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert completed.returncode == 0, completed.stderr
+    assert "writable" not in completed.stderr
+
+
 def test_vector_scaling_biases_sum_to_zero():
     logits, y = make_logits(n_samples=500, n_classes=5, seed=9)
     fitted = VectorScaling(device="cpu").fit(logits, y)
