@@ -1,5 +1,6 @@
 """Choose a calibrator by cross-validated score."""
 
+import threading
 import time
 import warnings
 from numbers import Integral, Real
@@ -133,25 +134,29 @@ def _fit_full(estimator, logits, y, sample_weight):
     Returns ``(fitted, caught, blocks)``: ``fitted`` None for the other
     candidates and where the fit fails (the folds then fail or start cold, as
     without it), ``caught`` the warnings of the fit, replayed only if the
-    candidate is chosen (they are then those of its refit), ``blocks`` the
-    class blocks of its solution that precondition the folds (or None).
+    candidate is chosen (they are then those of its refit; in a thread of
+    joblib's threading backend, where they cannot be recorded, they reach the
+    caller at once), ``blocks`` the class blocks of its solution that
+    precondition the folds (or None).
     """
     from .._scaling.affine import DirichletCalibration, MatrixScaling
 
     if type(estimator) not in (MatrixScaling, DirichletCalibration):
         return None, [], None
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+
+    def fit():
         try:
             fitted = clone(estimator)
             fitted._keep_blocks = True
             fitted.fit(logits, y, **_weight_kwargs(sample_weight))
             # The blocks go to the folds, not into the fitted state.
             del fitted._keep_blocks
-            blocks = fitted.__dict__.pop("_blocks", None)
+            return fitted, fitted.__dict__.pop("_blocks", None)
         except Exception:
-            fitted = blocks = None
-    return fitted, [w.message for w in caught], blocks
+            return None, None
+
+    (fitted, blocks), caught = _recorded(fit)
+    return fitted, caught, blocks
 
 
 def _temperature_key(estimator):
@@ -173,6 +178,33 @@ def _temperature_key(estimator):
     params = step.get_params(deep=False)
     key = tuple(sorted((k, repr(v)) for k, v in params.items() if k != "classes"))
     return key, step
+
+
+def _recorded(func, *args, **kwargs):
+    """``(func(*args, **kwargs), the warnings it raised)``, for the parent.
+
+    A fold fit's warnings are raised again by the selector, in task order:
+    in joblib's worker processes (``n_jobs``) they would otherwise go to the
+    workers' stderr, out of reach of the caller's warning filters, where
+    with ``n_jobs=1`` the same fits' warnings reach the caller.
+    """
+    if not _in_main_thread():
+        return func(*args, **kwargs), []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        result = func(*args, **kwargs)
+    return result, [w.message for w in caught]
+
+
+def _in_main_thread():
+    """Whether warnings can be recorded here without losing the caller's.
+
+    ``warnings.catch_warnings`` swaps process-wide state: in a thread of
+    joblib's threading backend it would restore, on exit, what another
+    thread's (or the caller's ``pytest.warns``) had set up meanwhile. There
+    the warnings go straight to the caller's filters, as they already do.
+    """
+    return threading.current_thread() is threading.main_thread()
 
 
 def _fit_temperature(step, logits, y, sample_weight, train):
@@ -203,13 +235,21 @@ def _shared_temperatures(estimators, logits, y, sample_weight, splits, n_jobs):
     keys, steps = zip(*(_temperature_key(e) for e in estimators), strict=True)
     shared_keys = sorted({k for k in keys if k is not None and keys.count(k) > 1})
     tasks = [(key, s) for key in shared_keys for s in range(len(splits))]
-    fits = Parallel(n_jobs=n_jobs)(
-        delayed(_fit_temperature)(
-            steps[keys.index(key)], logits, y, sample_weight, splits[s][0]
+    recorded = Parallel(n_jobs=n_jobs)(
+        delayed(_recorded)(
+            _fit_temperature,
+            steps[keys.index(key)],
+            logits,
+            y,
+            sample_weight,
+            splits[s][0],
         )
         for key, s in tasks
     )
-    fits = dict(zip(tasks, fits, strict=True))
+    for _, caught in recorded:
+        for message in caught:
+            warnings.warn(message, stacklevel=5)
+    fits = dict(zip(tasks, (fit for fit, _ in recorded), strict=True))
     shares = []
     for key, step, estimator in zip(keys, steps, estimators, strict=True):
         per_split = []
@@ -350,9 +390,9 @@ class CalibratorSelector(BaseCalibrator):
         parallel (joblib; ``None`` means 1 unless in a
         :func:`joblib.parallel_config` context, ``-1`` all processors). Each
         worker runs torch on ``cpu_count() // n_jobs`` threads, as joblib
-        limits BLAS threads. Warnings other than the
-        :class:`~sklearn.exceptions.FitFailedWarning` of a failed candidate
-        stay in the workers.
+        limits BLAS threads. The warnings of the fits on the splits are
+        raised again in the caller's process, in task order, as with
+        ``n_jobs=1`` (in worker threads they reach the caller directly).
     error_score : "raise" or float, default=np.nan
         The score of a candidate whose fit or scoring fails on a split (a
         binary-only calibrator on many classes, say); a
@@ -623,7 +663,8 @@ class CalibratorSelector(BaseCalibrator):
         # parallel with n_jobs, in order otherwise. A failure comes back as a
         # message and is warned about here, in task order, not in a worker.
         results = Parallel(n_jobs=self.n_jobs)(
-            delayed(_fit_and_score)(
+            delayed(_recorded)(
+                _fit_and_score,
                 estimator,
                 scorer,
                 logits,
@@ -638,8 +679,12 @@ class CalibratorSelector(BaseCalibrator):
             )
             for c, s, _, estimator, train, test in tasks
         )
-        for (c, s, name, _, _, test), result in zip(tasks, results, strict=True):
+        for (c, s, name, _, _, test), (result, caught) in zip(
+            tasks, results, strict=True
+        ):
             scores[c, s], fit_times[c, s], score_times[c, s], rows, failure = result
+            for message in caught:
+                warnings.warn(message, stacklevel=4)
             if failure is not None:
                 warnings.warn(
                     f"Candidate {name} failed on a cross-validation split and "

@@ -426,6 +426,34 @@ def test_parallel_folds_give_the_sequential_choice(backend):
     )
 
 
+@pytest.mark.filterwarnings("ignore:A worker stopped while some jobs:UserWarning")
+def test_fold_fit_warnings_reach_the_caller_from_worker_processes():
+    # A fold fit's warning (here: vector scaling on a training part where a
+    # class's own logit separates it, so its scale has no finite optimum)
+    # reaches the caller's filters with n_jobs=2 as with n_jobs=1; it went to
+    # the loky workers' stderr before.
+    from joblib import parallel_config
+
+    X, y = make_logits(n_samples=240, n_classes=3, seed=5)
+    X[y == 2, 2] += 40.0
+    candidates = [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
+
+    def fold_warnings(n_jobs):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            CalibratorSelector(candidates, cv=3, n_jobs=n_jobs).fit(X, y)
+        return sorted(
+            str(w.message) for w in caught if "no finite scale" in str(w.message)
+        )
+
+    sequential = fold_warnings(1)
+    with parallel_config(backend="loky"):
+        parallel = fold_warnings(2)
+    # three folds, and the refit if vector scaling is chosen
+    assert len(sequential) >= 3
+    assert parallel == sequential
+
+
 @pytest.mark.parametrize("weighted", [False, True])
 def test_shared_fold_temperature_changes_no_number(monkeypatch, weighted):
     # Temperature scaling and the structured maps start with the same
