@@ -1,5 +1,6 @@
 """Choose a calibrator by cross-validated score."""
 
+import sys
 import threading
 import time
 import warnings
@@ -183,17 +184,19 @@ def _temperature_key(estimator):
 def _recorded(func, *args, **kwargs):
     """``(func(*args, **kwargs), the warnings it raised)``, for the parent.
 
-    A fold fit's warnings are raised again by the selector, in task order:
-    in joblib's worker processes (``n_jobs``) they would otherwise go to the
-    workers' stderr, out of reach of the caller's warning filters, where
-    with ``n_jobs=1`` the same fits' warnings reach the caller.
+    A fold fit's warnings are raised again by the selector, in task order
+    (:func:`_raise_again`): in joblib's worker processes (``n_jobs``) they
+    would otherwise go to the workers' stderr, out of reach of the caller's
+    warning filters, where with ``n_jobs=1`` the same fits' warnings reach
+    the caller. Each is kept as (text, category, file, line): a warning
+    object need not pickle back from a worker.
     """
     if not _in_main_thread():
         return func(*args, **kwargs), []
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         result = func(*args, **kwargs)
-    return result, [w.message for w in caught]
+    return result, [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
 
 
 def _in_main_thread():
@@ -205,6 +208,35 @@ def _in_main_thread():
     the warnings go straight to the caller's filters, as they already do.
     """
     return threading.current_thread() is threading.main_thread()
+
+
+def _raise_again(caught):
+    """Raise warnings recorded by :func:`_recorded` where they were raised.
+
+    The same file, line and module as when raised directly, so the caller's
+    filters (by module too: ``error::RuntimeWarning:sklearn_calib``) and the
+    once-per-place registry treat them alike whatever ``n_jobs`` is.
+    """
+    if not caught:
+        return
+    modules = {
+        getattr(module, "__file__", None): module
+        for module in list(sys.modules.values())
+        if module is not None
+    }
+    for text, category, filename, lineno in caught:
+        module = modules.get(filename)
+        if module is None:
+            warnings.warn_explicit(text, category, filename, lineno)
+        else:
+            warnings.warn_explicit(
+                text,
+                category,
+                filename,
+                lineno,
+                module=module.__name__,
+                registry=vars(module).setdefault("__warningregistry__", {}),
+            )
 
 
 def _fit_temperature(step, logits, y, sample_weight, train):
@@ -247,8 +279,7 @@ def _shared_temperatures(estimators, logits, y, sample_weight, splits, n_jobs):
         for key, s in tasks
     )
     for _, caught in recorded:
-        for message in caught:
-            warnings.warn(message, stacklevel=5)
+        _raise_again(caught)
     fits = dict(zip(tasks, (fit for fit, _ in recorded), strict=True))
     shares = []
     for key, step, estimator in zip(keys, steps, estimators, strict=True):
@@ -683,8 +714,7 @@ class CalibratorSelector(BaseCalibrator):
             tasks, results, strict=True
         ):
             scores[c, s], fit_times[c, s], score_times[c, s], rows, failure = result
-            for message in caught:
-                warnings.warn(message, stacklevel=4)
+            _raise_again(caught)
             if failure is not None:
                 warnings.warn(
                     f"Candidate {name} failed on a cross-validation split and "
@@ -715,8 +745,7 @@ class CalibratorSelector(BaseCalibrator):
         self.scorer_ = scorer
         self.n_splits_ = n_splits
         self.best_estimator_, caught, _ = full[self.best_index_]
-        for message in caught:
-            warnings.warn(message, stacklevel=4)
+        _raise_again(caught)
         if self.best_estimator_ is None:
             self.best_estimator_ = clone(estimators[self.best_index_]).fit(
                 logits, y, **_weight_kwargs(sample_weight if weighted else None)

@@ -430,8 +430,9 @@ def test_parallel_folds_give_the_sequential_choice(backend):
 def test_fold_fit_warnings_reach_the_caller_from_worker_processes():
     # A fold fit's warning (here: vector scaling on a training part where a
     # class's own logit separates it, so its scale has no finite optimum)
-    # reaches the caller's filters with n_jobs=2 as with n_jobs=1; it went to
-    # the loky workers' stderr before.
+    # reaches the caller's filters with n_jobs=2 as with n_jobs=1, from the
+    # same place in the library's code (filters by module see it alike); it
+    # went to the loky workers' stderr before.
     from joblib import parallel_config
 
     X, y = make_logits(n_samples=240, n_classes=3, seed=5)
@@ -443,7 +444,9 @@ def test_fold_fit_warnings_reach_the_caller_from_worker_processes():
             warnings.simplefilter("always")
             CalibratorSelector(candidates, cv=3, n_jobs=n_jobs).fit(X, y)
         return sorted(
-            str(w.message) for w in caught if "no finite scale" in str(w.message)
+            (str(w.message), w.category.__name__, w.filename, w.lineno)
+            for w in caught
+            if "no finite scale" in str(w.message)
         )
 
     sequential = fold_warnings(1)
@@ -451,6 +454,7 @@ def test_fold_fit_warnings_reach_the_caller_from_worker_processes():
         parallel = fold_warnings(2)
     # three folds, and the refit if vector scaling is chosen
     assert len(sequential) >= 3
+    assert all("sklearn_calib" in filename for _, _, filename, _ in sequential)
     assert parallel == sequential
 
 
