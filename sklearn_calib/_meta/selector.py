@@ -205,7 +205,8 @@ def _in_main_thread():
     ``warnings.catch_warnings`` swaps process-wide state: in a thread of
     joblib's threading backend it would restore, on exit, what another
     thread's (or the caller's ``pytest.warns``) had set up meanwhile. There
-    the warnings go straight to the caller's filters, as they already do.
+    the warnings are left alone: in the caller's process they go straight to
+    its filters; in a threaded worker elsewhere (dask) they stay in its log.
     """
     return threading.current_thread() is threading.main_thread()
 
@@ -423,7 +424,10 @@ class CalibratorSelector(BaseCalibrator):
         worker runs torch on ``cpu_count() // n_jobs`` threads, as joblib
         limits BLAS threads. The warnings of the fits on the splits are
         raised again in the caller's process, in task order, as with
-        ``n_jobs=1`` (in worker threads they reach the caller directly).
+        ``n_jobs=1``. Fits that a backend runs in threads are not recorded:
+        in the caller's process (joblib's threading backend) their warnings
+        reach the caller directly, in a threaded worker elsewhere (dask's)
+        they stay in its log.
     error_score : "raise" or float, default=np.nan
         The score of a candidate whose fit or scoring fails on a split (a
         binary-only calibrator on many classes, say); a
