@@ -27,6 +27,26 @@ non-negative weights ``v`` of their log-linear pool
 temperature on the pooled out-of-fold rows, and predicts with the pool of
 the three candidates refitted on all rows.
 
+Two more, measured in the third session of 2026-12-07, against the two
+sources of the small-set NLL excess (the base's choice and the smooth-ECE
+term fitted to the noise of few rows):
+
+**A noise-scaled ECE weight** (``NoiseWeightMarginTemperature``): the
+smooth-ECE weight times the share of the base's apparent miscalibration on
+its out-of-fold rows that sampling noise does not explain,
+``max(0, 1 - (E0 / S)^2)``. ``S`` is the binned top-label calibration gap
+``sum_b |sum_{i in b} w_i (1[correct_i] - c_i)|`` over the temperature's
+``n_bins`` equal-width confidence bins, ``E0`` its expected value under
+perfect calibration, ``sqrt(2 / pi) sum_b sqrt(sum_{i in b} w_i^2 c_i (1 -
+c_i))`` (a normal approximation of each bin's sum). No row count enters.
+
+**A paired base choice** (``PairedBaseMarginTemperature``): the three
+candidates' out-of-fold predictions on the same folds; a structured map is
+eligible only where its fold NLLs beat temperature scaling's on average by
+more than one standard error of the paired fold differences (a one-sided
+test at about 84 %), and the best eligible candidate is the base; with
+``ece_weight`` 1, 0 or the noise-scaled weight above.
+
 Parts (``--part``):
 
 - ``check``: the estimate against exact leave-one-out (300 refits) on 300
@@ -37,7 +57,10 @@ Parts (``--part``):
   tables; ``--out`` writes ``<name>_small``).
 
 Run ``python benchmarks/bench_margin_variants.py --part check|quality|small
-[--out DIR] [--name bench_margin_variants]``.
+[--out DIR] [--name bench_margin_variants] [--only NAMES]``; ``--only``
+(comma-separated name fragments) picks the variants, by default the first
+two directions (``--only "MarginTemperatureScaling,noise,paired"`` for the
+later ones).
 """
 
 import argparse
@@ -165,9 +188,7 @@ def pool_weights(log_probas, y, weights):
     rows = np.arange(y.shape[0])
 
     def nll_and_gradient(v):
-        pooled = log_softmax(
-            sum(vc * lp for vc, lp in zip(v, log_probas, strict=True))
-        )
+        pooled = log_softmax(sum(vc * lp for vc, lp in zip(v, log_probas, strict=True)))
         proba = np.exp(pooled)
         nll = -(weights @ pooled[rows, y])
         gradient = [
@@ -194,6 +215,7 @@ class PooledBaseMarginTemperature(MarginTemperatureScaling):
         from sklearn.base import clone
 
         from sklearn_calib._meta.cross_validation import cv_splits, with_code_classes
+
         kinds = (TemperatureScaling, StructuredVectorScaling, StructuredMatrixScaling)
         candidates = [
             with_code_classes(kind(device=self.device), logits.shape[1])
@@ -231,6 +253,111 @@ class PooledBaseMarginTemperature(MarginTemperatureScaling):
         )
 
 
+def ece_signal(log_proba, y, weights, n_bins):
+    """The share of the binned calibration gap that noise does not explain.
+
+    ``max(0, 1 - (E0 / S)^2)`` with ``S`` the top-label gap summed over
+    ``n_bins`` equal-width confidence bins and ``E0`` its expected value
+    under perfect calibration (normal approximation of each bin's sum).
+    """
+    proba = np.exp(log_proba)
+    confidence = proba.max(axis=1)
+    correct = (proba.argmax(axis=1) == y).astype(np.float64)
+    bins = np.minimum((confidence * n_bins).astype(np.int64), n_bins - 1)
+    gap = np.abs(np.bincount(bins, weights * (correct - confidence), n_bins)).sum()
+    variance = np.bincount(bins, weights**2 * confidence * (1 - confidence), n_bins)
+    noise = np.sqrt(2.0 / np.pi) * np.sqrt(variance).sum()
+    return 0.0 if gap <= 0 else max(0.0, 1.0 - (noise / gap) ** 2)
+
+
+class NoiseWeightMarginTemperature(MarginTemperatureScaling):
+    """The shipped fit with the ECE weight scaled by ``ece_signal``.
+
+    The weight used is stored as ``ece_weight_``; the parameter is restored
+    after the fit.
+    """
+
+    _noise_weight = True
+
+    def fit(self, X, y, sample_weight=None):
+        given = self.ece_weight
+        try:
+            return super().fit(X, y, sample_weight=sample_weight)
+        finally:
+            self.ece_weight = given
+
+    def _training_log_proba(self, logits, y, sample_weight):
+        rows = super()._training_log_proba(logits, y, sample_weight)
+        self._scale_ece_weight(rows, y, sample_weight)
+        return rows
+
+    def _scale_ece_weight(self, log_proba, y, sample_weight):
+        # Read by _fit after this method; fit() restores the parameter.
+        if self._noise_weight:
+            signal = ece_signal(log_proba, y, sample_weight, self.n_bins)
+            self.ece_weight = self.ece_weight * signal
+        self.ece_weight_ = self.ece_weight
+
+
+def paired_choice(fold_nll):
+    """The base: the best candidate among those that beat the first.
+
+    ``fold_nll``: (candidates, folds). Candidate c > 0 is eligible where the
+    mean of ``fold_nll[c] - fold_nll[0]`` plus its standard error is below 0.
+    """
+    fold_nll = np.asarray(fold_nll)
+    eligible = [0]
+    for c in range(1, fold_nll.shape[0]):
+        difference = fold_nll[c] - fold_nll[0]
+        error = difference.std(ddof=1) / np.sqrt(difference.shape[0])
+        if difference.mean() + error < 0:
+            eligible.append(c)
+    return min(eligible, key=lambda c: fold_nll[c].mean())
+
+
+class PairedBaseMarginTemperature(NoiseWeightMarginTemperature):
+    """The margin temperature on the base chosen by ``paired_choice``."""
+
+    _noise_weight = False
+
+    def _training_log_proba(self, logits, y, sample_weight):
+        from sklearn.base import clone
+
+        from sklearn_calib._meta.cross_validation import cv_splits, with_code_classes
+
+        kinds = (TemperatureScaling, StructuredVectorScaling, StructuredMatrixScaling)
+        candidates = [
+            with_code_classes(kind(device=self.device), logits.shape[1])
+            for kind in kinds
+        ]
+        splits = cv_splits(self.cv, logits, y)
+        out_of_fold, fold_nll = [], []
+        for candidate in candidates:
+            oof = np.empty(logits.shape)
+            scores = []
+            for train, test in splits:
+                fitted = clone(candidate).fit(
+                    logits[train], y[train], sample_weight=sample_weight[train]
+                )
+                oof[test] = log_softmax(fitted.transform(logits[test]))
+                w = sample_weight[test]
+                scores.append(-(w @ oof[test][np.arange(test.shape[0]), y[test]]))
+                scores[-1] /= w.sum()
+            out_of_fold.append(oof)
+            fold_nll.append(scores)
+        self.choice_ = paired_choice(fold_nll)
+        self.base_ = clone(candidates[self.choice_]).fit(
+            logits, y, sample_weight=sample_weight
+        )
+        rows = out_of_fold[self.choice_]
+        self._scale_ece_weight(rows, y, sample_weight)
+        return rows
+
+
+class PairedBaseNoiseWeightMarginTemperature(PairedBaseMarginTemperature):
+    _noise_weight = True
+
+
 def variants():
     """name -> factory(classes): the shipped default and the variants."""
     return {
@@ -245,6 +372,20 @@ def variants():
         ),
         "pooled base": lambda classes: PooledBaseMarginTemperature(
             device="cpu", classes=classes
+        ),
+        "noise-scaled ECE weight": lambda classes: NoiseWeightMarginTemperature(
+            device="cpu", classes=classes
+        ),
+        "paired base": lambda classes: PairedBaseMarginTemperature(
+            device="cpu", classes=classes
+        ),
+        "paired base, noise-scaled ECE weight": (
+            lambda classes: PairedBaseNoiseWeightMarginTemperature(
+                device="cpu", classes=classes
+            )
+        ),
+        "paired base, ece_weight=0": lambda classes: PairedBaseMarginTemperature(
+            ece_weight=0.0, device="cpu", classes=classes
         ),
     }
 
@@ -308,12 +449,14 @@ def main(argv=None):
     parser.add_argument("--part", choices=["check", "quality", "small"])
     parser.add_argument("--out", default=None)
     parser.add_argument("--name", default="bench_margin_variants")
+    parser.add_argument("--only", default=None)
     args = parser.parse_args(argv)
     out = [] if args.out is None else ["--out", args.out]
     if args.part == "check":
         part_check()
     elif args.part == "quality":
         import bench_quality
+
         from sklearn_calib import TemperatureScaling
 
         factories = {
@@ -324,7 +467,8 @@ def main(argv=None):
             name: (lambda factory=factory: factory(None))
             for name, factory in factories.items()
         }
-        only = "TemperatureScaling,MarginTemperatureScaling,LOO,pooled"
+        chosen = args.only or "MarginTemperatureScaling,LOO,pooled"
+        only = f"TemperatureScaling,{chosen}"
         name = ["--name", f"{args.name}_quality"]
         bench_quality.main(["--only", only, *name, *out])
     else:
@@ -336,7 +480,7 @@ def main(argv=None):
             **variants(),
         }
         name = ["--name", f"{args.name}_small"]
-        only = "MarginTemperatureScaling,LOO,pooled"
+        only = args.only or "MarginTemperatureScaling,LOO,pooled"
         bench_small_n.main(["--only", only, *name, *out])
 
 
