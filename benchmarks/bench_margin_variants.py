@@ -208,29 +208,48 @@ class LooGridMarginTemperature(LooMarginTemperature):
     _strategy = "grid"
 
 
+def default_candidates_out_of_fold(estimator, logits, y, sample_weight):
+    """The default's three candidates on ``estimator``'s folds.
+
+    Returns ``(candidates, out_of_fold, fold_nll)``: the unfitted candidates,
+    each one's out-of-fold log-probabilities, and its weighted NLL per fold.
+    """
+    from sklearn.base import clone
+
+    from sklearn_calib._meta.cross_validation import cv_splits, with_code_classes
+
+    kinds = (TemperatureScaling, StructuredVectorScaling, StructuredMatrixScaling)
+    candidates = [
+        with_code_classes(kind(device=estimator.device), logits.shape[1])
+        for kind in kinds
+    ]
+    splits = cv_splits(estimator.cv, logits, y)
+    out_of_fold, fold_nll = [], []
+    for candidate in candidates:
+        oof = np.empty(logits.shape)
+        scores = []
+        for train, test in splits:
+            fitted = clone(candidate).fit(
+                logits[train], y[train], sample_weight=sample_weight[train]
+            )
+            oof[test] = log_softmax(fitted.transform(logits[test]))
+            w = sample_weight[test]
+            true = oof[test][np.arange(test.shape[0]), y[test]]
+            scores.append(-(w @ true) / w.sum())
+        out_of_fold.append(oof)
+        fold_nll.append(scores)
+    return candidates, out_of_fold, fold_nll
+
+
 class PooledBaseMarginTemperature(MarginTemperatureScaling):
     """The margin temperature on a log-linear pool of the default's candidates."""
 
     def _training_log_proba(self, logits, y, sample_weight):
         from sklearn.base import clone
 
-        from sklearn_calib._meta.cross_validation import cv_splits, with_code_classes
-
-        kinds = (TemperatureScaling, StructuredVectorScaling, StructuredMatrixScaling)
-        candidates = [
-            with_code_classes(kind(device=self.device), logits.shape[1])
-            for kind in kinds
-        ]
-        splits = cv_splits(self.cv, logits, y)
-        out_of_fold = []
-        for candidate in candidates:
-            oof = np.empty(logits.shape)
-            for train, test in splits:
-                fitted = clone(candidate).fit(
-                    logits[train], y[train], sample_weight=sample_weight[train]
-                )
-                oof[test] = fitted.transform(logits[test])
-            out_of_fold.append(log_softmax(oof))
+        candidates, out_of_fold, _ = default_candidates_out_of_fold(
+            self, logits, y, sample_weight
+        )
         self.pool_weights_ = pool_weights(out_of_fold, y, sample_weight)
         self.pool_ = [
             clone(c).fit(logits, y, sample_weight=sample_weight) for c in candidates
@@ -323,28 +342,9 @@ class PairedBaseMarginTemperature(NoiseWeightMarginTemperature):
     def _training_log_proba(self, logits, y, sample_weight):
         from sklearn.base import clone
 
-        from sklearn_calib._meta.cross_validation import cv_splits, with_code_classes
-
-        kinds = (TemperatureScaling, StructuredVectorScaling, StructuredMatrixScaling)
-        candidates = [
-            with_code_classes(kind(device=self.device), logits.shape[1])
-            for kind in kinds
-        ]
-        splits = cv_splits(self.cv, logits, y)
-        out_of_fold, fold_nll = [], []
-        for candidate in candidates:
-            oof = np.empty(logits.shape)
-            scores = []
-            for train, test in splits:
-                fitted = clone(candidate).fit(
-                    logits[train], y[train], sample_weight=sample_weight[train]
-                )
-                oof[test] = log_softmax(fitted.transform(logits[test]))
-                w = sample_weight[test]
-                scores.append(-(w @ oof[test][np.arange(test.shape[0]), y[test]]))
-                scores[-1] /= w.sum()
-            out_of_fold.append(oof)
-            fold_nll.append(scores)
+        candidates, out_of_fold, fold_nll = default_candidates_out_of_fold(
+            self, logits, y, sample_weight
+        )
         self.choice_ = paired_choice(fold_nll)
         self.base_ = clone(candidates[self.choice_]).fit(
             logits, y, sample_weight=sample_weight
