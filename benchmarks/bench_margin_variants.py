@@ -276,13 +276,17 @@ def ece_signal(log_proba, y, weights, n_bins):
     """The share of the binned calibration gap that noise does not explain.
 
     ``max(0, 1 - (E0 / S)^2)`` with ``S`` the top-label gap summed over
-    ``n_bins`` equal-width confidence bins and ``E0`` its expected value
-    under perfect calibration (normal approximation of each bin's sum).
+    ``n_bins`` equal-width confidence bins (those of the library's ECE) and
+    ``E0`` its expected value under perfect calibration (normal
+    approximation of each bin's sum).
     """
+    from sklearn_calib.metrics._bin_statistics import uniform_bin_index
+
     proba = np.exp(log_proba)
     confidence = proba.max(axis=1)
     correct = (proba.argmax(axis=1) == y).astype(np.float64)
-    bins = np.minimum((confidence * n_bins).astype(np.int64), n_bins - 1)
+    # The library's ECE bins, (b/M, (b+1)/M].
+    bins = uniform_bin_index(confidence, n_bins)
     gap = np.abs(np.bincount(bins, weights * (correct - confidence), n_bins)).sum()
     variance = np.bincount(bins, weights**2 * confidence * (1 - confidence), n_bins)
     noise = np.sqrt(2.0 / np.pi) * np.sqrt(variance).sum()
