@@ -49,6 +49,7 @@ from .metrics import expected_calibration_error, log_loss
 from .utils._compat import HasMethods, Interval, StrOptions, check_is_fitted
 from .utils._fitted_state import check_state_array
 from .utils._math import row_blocks
+from .utils._validation import encode_with_classes
 
 __all__ = [
     "LabelShiftAdapter",
@@ -681,10 +682,14 @@ def estimated_target_calibration_error(
     """
     check_is_fitted(adapter)
     y_source = np.asarray(y_source)
-    codes = np.searchsorted(adapter.classes_, y_source)
-    codes = np.clip(codes, 0, len(adapter.classes_) - 1)
-    if not np.array_equal(adapter.classes_[codes], y_source):
-        raise ValueError("y_source holds labels that are not in adapter.classes_.")
+    # classes_ is in column order, not necessarily sorted.
+    if y_source.ndim != 1:
+        raise ValueError(
+            f"y_source must be 1-D, one label per row; got shape {y_source.shape}."
+        )
+    codes = encode_with_classes(
+        y_source, adapter.classes_, y_name="y_source", name="adapter.classes_"
+    )
     proba = adapter.predict_proba(X_source)
     return expected_calibration_error(
         y_source,

@@ -336,6 +336,29 @@ def test_estimated_target_ece_tracks_the_labelled_one():
     assert estimate == pytest.approx(actual, abs=0.02)
 
 
+def test_estimated_target_ece_with_classes_out_of_sorted_order():
+    # classes lists the columns' labels in column order, which need not be
+    # sorted: the estimate is that of the same data with integer labels.
+    rng = np.random.default_rng(17)
+    X_s, y_s = _draw(rng, 3000, np.full(3, 1 / 3))
+    X_h, y_h = _draw(rng, 2000, np.full(3, 1 / 3))
+    X_t, _ = _draw(rng, 3000, np.array([0.7, 0.2, 0.1]))
+    names = np.array(["c", "a", "b"])
+    by_code = LabelShiftAdapter(TemperatureScaling(device="cpu")).fit(X_s, y_s)
+    by_name = LabelShiftAdapter(TemperatureScaling(device="cpu"), classes=names)
+    by_name.fit(X_s, names[y_s])
+    by_code.adapt(X_t)
+    by_name.adapt(X_t)
+    np.testing.assert_allclose(by_name.priors_, by_code.priors_, rtol=1e-12)
+    expected = estimated_target_calibration_error(by_code, X_h, y_h)
+    got = estimated_target_calibration_error(by_name, X_h, names[y_h])
+    assert got == pytest.approx(expected, rel=1e-12)
+    with pytest.raises(ValueError, match="y_source contains labels that are not"):
+        estimated_target_calibration_error(by_name, X_h, np.full(2000, "d"))
+    with pytest.raises(ValueError, match="y_source must be 1-D"):
+        estimated_target_calibration_error(by_name, X_h, names[y_h][:, None])
+
+
 def test_real_shifted_cifar10():
     data = load_shared("kundajelab_cifar10_vgg_labelshift")
     adapter = LabelShiftAdapter().fit(data["logits_val"], data["y_val"])
