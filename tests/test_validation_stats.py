@@ -10,11 +10,13 @@ Kumar et al.; coverage by simulation from known calibration curves.
 
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy import optimize, special, stats
+from sklearn.exceptions import ConvergenceWarning
 
 from sklearn_calib.metrics import (
     binomial_interval,
@@ -289,6 +291,60 @@ def test_logistic_calibration_weights_are_relative():
     bare = logistic_calibration(y, p)
     for got, want in zip(unit, bare, strict=True):
         assert got == pytest.approx(want, rel=1e-12, abs=1e-14)
+
+
+SEPARATED = {
+    # every event above every non-event: the slope's optimum is +infinity
+    "complete": ([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [0, 0, 0, 1, 1, 1]),
+    # reversed: -infinity
+    "reversed": ([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [1, 1, 1, 0, 0, 0]),
+    # a tie at the threshold still separates (quasi-complete)
+    "quasi-complete": ([0.1, 0.2, 0.5, 0.5, 0.8, 0.9], [0, 0, 0, 1, 1, 1]),
+    "one outcome": ([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [1, 1, 1, 1, 1, 1]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SEPARATED))
+def test_separated_outcomes_warn_that_the_optimum_is_at_infinity(case):
+    p, y = (np.array(v) for v in SEPARATED[case])
+    # The likelihood has no maximum (Albert and Anderson 1984): it rises
+    # without bound along the separating direction, here by hand.
+    x = special.logit(p)
+    s = 2 * y - 1
+    if case == "one outcome":
+        direction = np.array([1.0, 0.0])
+    else:
+        threshold = (x[y == 0].max() + x[y == 1].min()) / 2
+        if case == "reversed":
+            threshold = (x[y == 1].max() + x[y == 0].min()) / 2
+        sign = -1.0 if case == "reversed" else 1.0
+        direction = np.array([-sign * threshold, sign])
+    eta = direction[0] + direction[1] * x
+    assert np.all(s * eta >= -1e-12)
+    gains = [-np.sum(np.logaddexp(0, -s * t * eta)) for t in (1, 10, 100)]
+    assert gains[0] < gains[1] < gains[2]
+    with pytest.warns(ConvergenceWarning, match="no finite optimum"):
+        logistic_calibration(y, p, labels=[0, 1])
+    with pytest.warns(ConvergenceWarning, match="no finite optimum"):
+        cox_calibration_test(y, p, labels=[0, 1])
+    if case != "one outcome":  # validation_report refuses one outcome
+        with pytest.warns(ConvergenceWarning, match="no finite optimum"):
+            validation_report(y, p, lowess=False)
+
+
+def test_overlapping_outcomes_do_not_warn():
+    # One non-event above the lowest event: a finite optimum.
+    p = np.array([0.1, 0.2, 0.75, 0.7, 0.8, 0.9])
+    y = np.array([0, 0, 0, 1, 1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = logistic_calibration(y, p)
+        cox_calibration_test(y, p)
+    assert np.isfinite(result.slope)
+    # The overlapping row with zero weight leaves the rest separated.
+    w = np.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0])
+    with pytest.warns(ConvergenceWarning, match="separate the outcomes"):
+        logistic_calibration(y, p, sample_weight=w)
 
 
 def test_multiclass_top_label_and_one_vs_rest():

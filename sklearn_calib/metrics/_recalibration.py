@@ -11,8 +11,10 @@ maximum likelihood. Two fits, two intercepts, which tools name differently:
 
 The likelihoods are maximised by Newton's method with step halving in
 float64 (a concave problem: the optimum is exact to rounding), with a
-:class:`~sklearn.exceptions.ConvergenceWarning` when the iteration limit is
-reached (complete separation). Wald intervals use the inverse observed
+:class:`~sklearn.exceptions.ConvergenceWarning` where there is no finite
+optimum (outcomes separated by the predictions, or one outcome only: checked
+exactly before the fit, see :func:`separation`) or the iteration limit is
+reached. Wald intervals use the inverse observed
 information; profile-likelihood intervals solve
 ``2 (l_max - l_profile(theta)) = chi2_1(level)`` by Brent's method on each
 side.
@@ -316,8 +318,53 @@ class LogisticCalibration(NamedTuple):
     joint_intercept_high: float
 
 
+def separation(x, y, w):
+    """Why ``logit P(y = 1) = a + b x`` has no finite maximum, or None.
+
+    The maximum-likelihood estimates exist unless the outcomes are
+    completely or quasi-completely separated (Albert and Anderson 1984):
+    unless one threshold on ``x`` puts every event on one side and every
+    non-event on the other, ties at the threshold allowed, or one outcome is
+    missing. There the likelihood keeps rising as ``|b|`` (or ``|a|``)
+    grows, its gradient vanishes along the way, and Newton's method stops
+    at an arbitrary finite point. Rows of zero weight do not count.
+    """
+    counted = w > 0
+    x, y = x[counted], y[counted]
+    if not np.any(y) or np.all(y):
+        return (
+            "y_true holds only one outcome, so the calibration intercept and "
+            "the joint fit have no finite maximum-likelihood estimate"
+        )
+    events, others = x[y], x[~y]
+    if np.all(x == x[0]):
+        return None
+    if others.max() <= events.min() or events.max() <= others.min():
+        return (
+            "the predictions separate the outcomes (every event has a "
+            "predicted probability at or beyond every non-event's, on one "
+            "side), so the calibration slope's maximum-likelihood estimate "
+            "is infinite"
+        )
+    return None
+
+
+def warn_if_separated(x, y, w, stacklevel):
+    """A :class:`~sklearn.exceptions.ConvergenceWarning` if :func:`separation`."""
+    reason = separation(x, y, w)
+    if reason is not None:
+        warnings.warn(
+            f"The logistic recalibration fit has no finite optimum: {reason}. "
+            "The estimates, intervals and tests reported are where Newton's "
+            "method stopped and are unreliable.",
+            ConvergenceWarning,
+            stacklevel=stacklevel + 1,
+        )
+
+
 def _logistic_calibration_one(p, y, w, interval, confidence_level):
     x = clipped_logit(p)
+    warn_if_separated(x, y, w, stacklevel=4)
     ones = np.ones_like(x)
     no_columns = np.empty((x.shape[0], 0))
     zeros = np.zeros_like(x)
@@ -460,10 +507,11 @@ def logistic_calibration(
     True
     """
     problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
-    results = [
-        _logistic_calibration_one(p, y, w, interval, confidence_level)
-        for p, y, w in problems
-    ]
+    # A loop, not a comprehension: its warnings' stacklevel then names the
+    # caller's line on every Python version.
+    results = []
+    for p, y, w in problems:
+        results.append(_logistic_calibration_one(p, y, w, interval, confidence_level))
     return _stack(results, names, LogisticCalibration)
 
 
@@ -648,6 +696,7 @@ def hosmer_lemeshow_test(
 def _cox_one(p, y, w, joint=None):
     x = clipped_logit(p)
     if joint is None:
+        warn_if_separated(x, y, w, stacklevel=4)
         ones = np.ones_like(x)
         joint = fit_logistic(
             np.column_stack([ones, x]), y, w, np.zeros_like(x), start=[0.0, 1.0]
@@ -695,10 +744,14 @@ def cox_calibration_test(
     Examples
     --------
     >>> from sklearn_calib.metrics import cox_calibration_test
-    >>> result = cox_calibration_test([0, 1, 1, 0, 1], [0.1, 0.8, 0.6, 0.3, 0.4])
+    >>> result = cox_calibration_test([0, 1, 1, 0, 1], [0.1, 0.8, 0.6, 0.5, 0.4])
     >>> round(result.statistic, 4)
-    4.2246
+    0.6919
     """
     problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
-    results = [_cox_one(p, y, w) for p, y, w in problems]
+    # A loop, not a comprehension: its warnings' stacklevel then names the
+    # caller's line on every Python version.
+    results = []
+    for p, y, w in problems:
+        results.append(_cox_one(p, y, w))
     return _stack(results, names, CalibrationTest)
