@@ -366,6 +366,37 @@ def test_scorer_metrics_by_hand():
     assert acceptance_rate(y, pred, abstain_label=2) == pytest.approx(4 / 5)
 
 
+@pytest.mark.parametrize(
+    "weights, message",
+    [
+        ([np.nan, 1, 1, 1, 1], "NaN"),
+        ([1, 1, np.nan, 1, 1], "NaN"),  # on an abstention too
+        ([np.inf, 1, 1, 1, 1], "infinity"),
+        ([0, 0, 0, 0, 0], "zero for every sample"),
+        ([1, -1, 1, 1, 1], "negative"),
+        ([1, 1, 1], "shape"),
+    ],
+)
+def test_scorer_metrics_refuse_bad_weights(weights, message):
+    y = np.array([0, 1, 2, 0, 1])
+    pred = np.array([0, 2, -1, -1, 1])
+    for metric in (accepted_error_rate, acceptance_rate):
+        with pytest.raises(ValueError, match=message):
+            metric(y, pred, sample_weight=np.array(weights, dtype=float))
+
+
+def test_scorer_metrics_weights_are_relative():
+    y = np.array([0, 1, 2, 0, 1])
+    pred = np.array([0, 2, -1, -1, 1])
+    w = np.array([1, 3, 1, 2, 1.0])
+    for metric in (accepted_error_rate, acceptance_rate):
+        expected = metric(y, pred, sample_weight=w)
+        for scale in (1e-300, 7.0, 1e300):
+            assert metric(y, pred, sample_weight=scale * w) == pytest.approx(
+                expected, rel=1e-14
+            )
+
+
 # --- validity by simulation -----------------------------------------------------------
 
 

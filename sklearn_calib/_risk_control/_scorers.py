@@ -11,7 +11,7 @@ import numpy as np
 from sklearn.metrics import make_scorer
 
 from ..utils._compat import ScorerSubclass
-from ..utils._validation import to_numpy
+from ..utils._validation import check_sample_weight, to_numpy
 
 
 def _accepted(y_true, y_pred, abstain_label, sample_weight):
@@ -22,14 +22,13 @@ def _accepted(y_true, y_pred, abstain_label, sample_weight):
             "y_true and y_pred have inconsistent numbers of samples: "
             f"{y_true.shape[0]} and {y_pred.shape[0]}."
         )
-    if sample_weight is None:
-        weight = np.ones(y_true.shape[0])
-    else:
-        weight = np.asarray(to_numpy(sample_weight), dtype=np.float64).ravel()
-        if weight.shape != y_true.shape or np.any(weight < 0):
-            raise ValueError(
-                "sample_weight must hold one non-negative weight per sample."
-            )
+    # The library's one weight check (finite, non-negative, not all zero),
+    # scaled by an exact power of two so that the sums cannot overflow.
+    weight = check_sample_weight(
+        None if sample_weight is None else to_numpy(sample_weight),
+        y_true,
+        normalize=True,
+    )
     accepted = y_pred != np.asarray(abstain_label, dtype=y_pred.dtype)
     return y_true, y_pred, accepted, weight
 
