@@ -302,15 +302,18 @@ def _chunks(logits, y, weights, rng):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-@pytest.mark.parametrize("weights", [None, "integer", "real"])
+@pytest.mark.parametrize("weights", [None, "integer", "scaled integer", "real"])
 def test_equal_mass_edges_are_exact(dtype, weights):
     rng = np.random.default_rng(14)
     logits, y = random_logits(n_samples=800, n_classes=4, seed=15, dtype=dtype)
     # Ties: repeated rows make equal confidences straddle the quantiles.
     logits[::7] = logits[0]
     proba = softmax(logits.copy())
-    if weights == "integer":
-        weights = rng.integers(0, 3, size=y.shape[0]).astype(float)
+    if weights in ("integer", "scaled integer"):
+        # Integer weights put cumulative weights exactly on the quantile
+        # targets; scaled by 1e-6, rounding must not move an edge.
+        scale = 1e-6 if weights == "scaled integer" else 1.0
+        weights = rng.integers(0, 3, size=y.shape[0]) * scale
     elif weights == "real":
         weights = rng.random(y.shape[0])
     for n_bins in (1, 15):
@@ -338,6 +341,15 @@ def test_equal_mass_edges_are_exact(dtype, weights):
         state.expected_calibration_error(),
         adaptive_calibration_error(y, proba, n_bins=15, sample_weight=weights),
     )
+    if weights is not None:
+        for n_bins in (3, 15):
+            scaled = equal_mass_bin_edges(
+                _chunks(logits, y, weights * 1e6, rng), n_bins=n_bins
+            )
+            unscaled = equal_mass_bin_edges(
+                _chunks(logits, y, weights, rng), n_bins=n_bins
+            )
+            np.testing.assert_array_equal(scaled, unscaled)
 
 
 REPORT = [

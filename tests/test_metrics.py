@@ -382,6 +382,26 @@ def test_smooth_ece_bandwidth_is_the_fixed_point():
     assert abs(value - sigma) < 2e-3
 
 
+def test_smooth_ece_weights_are_relative():
+    # The density floor is in units of one unweighted sample: scaling every
+    # weight by a constant (weights summing to 1, or tiny ones) changes
+    # nothing, unit weights are no weights, and integer weights act as
+    # repeated rows up to that floor's share.
+    proba, y = make_probabilities(300, 3, seed=12)
+    w = np.random.default_rng(13).integers(1, 4, size=300).astype(float)
+    plain = smooth_calibration_error(y, proba)
+    assert smooth_calibration_error(y, proba, sample_weight=np.ones(300)) == plain
+    weighted = smooth_calibration_error(y, proba, sample_weight=w)
+    for scale in (1e-6, 1 / w.sum(), 7.0, 1e6):
+        assert smooth_calibration_error(
+            y, proba, sample_weight=scale * w
+        ) == pytest.approx(weighted, rel=1e-12)
+    repeated = smooth_calibration_error(
+        np.repeat(y, w.astype(int)), np.repeat(proba, w.astype(int), axis=0)
+    )
+    assert weighted == pytest.approx(repeated, rel=1e-5)
+
+
 def test_smooth_ece_is_small_when_calibrated():
     rng = np.random.default_rng(10)
     p = rng.uniform(0.5, 1.0, size=20000)
@@ -593,11 +613,20 @@ def test_metric_invariances(name, metric, registry_data):
     assert metric(y, proba, sample_weight=np.ones(len(y))) == pytest.approx(
         value, rel=1e-12, abs=1e-15
     )
-    # integer weights == repeated rows
+    # integer weights == repeated rows; the smooth ECE's density floor is in
+    # units of a mean weight (scaling every weight changes nothing), which
+    # repeated rows change by about 1e-7 here
     repeated = metric(np.repeat(y, weights), np.repeat(proba, weights, axis=0))
+    rel = 1e-6 if name == "smooth_calibration_error" else 1e-10
     assert metric(y, proba, sample_weight=weights) == pytest.approx(
-        repeated, rel=1e-10, abs=1e-13
+        repeated, rel=rel, abs=1e-13
     )
+    # scaling every weight changes nothing, but for the debiased error, whose
+    # frequency weights set its variance correction (documented)
+    if name != "debiased_calibration_error":
+        assert metric(y, proba, sample_weight=weights * 1e-6) == pytest.approx(
+            metric(y, proba, sample_weight=weights), rel=1e-9, abs=1e-13
+        )
     # lists == arrays
     assert metric(y.tolist(), proba.tolist()) == pytest.approx(value, rel=1e-12)
     # row order does not matter

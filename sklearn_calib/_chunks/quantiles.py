@@ -133,13 +133,17 @@ def equal_mass_targets(total, n_bins, *, weighted, n_samples=None, shrink=0.0):
     Unweighted: the ``ceil(b N / M)``-th smallest score, in integers, as
     ``_equal_mass_edges`` of the in-memory metrics; weighted: ``b / M`` of
     the total weight, as their weighted quantiles (``shrink`` scales the
-    targets by ``1 - shrink``, as histogram binning's edges do).
+    targets by ``1 - shrink``, as histogram binning's edges do), lowered by
+    the rounding bound of a running sum of ``n_samples`` weights, as the
+    in-memory edges are: a cumulative weight equal to a target in exact
+    arithmetic reaches it.
     """
     fractions = np.arange(1, n_bins) / n_bins
     if not weighted:
         b = np.arange(1, n_bins)
         return ((b * n_samples + n_bins - 1) // n_bins).astype(np.float64)
-    return fractions * total * (1.0 - shrink)
+    slack = 1.0 - (n_samples or 0) * np.finfo(np.float64).eps
+    return fractions * total * (1.0 - shrink) * slack
 
 
 def digit_bits_for(n_targets):

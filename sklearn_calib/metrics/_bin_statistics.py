@@ -370,7 +370,12 @@ def _quantile_sums(order, sorted_scores, hits, weights, n_bins):
         slab = weights[rows][:, order]
         cumulative = np.cumsum(slab, axis=1)
         total = cumulative[:, -1:]
-        first = _rowwise_searchsorted(cumulative, fractions * total)
+        # A cumulative weight that equals a target in exact arithmetic (integer
+        # weights, any common scale) must reach it after rounding too: the
+        # targets are lowered by the bound of the running sum's rounding error,
+        # so that scaling every weight by a constant cannot move an edge.
+        slack = 1.0 - n_samples * np.finfo(np.float64).eps
+        first = _rowwise_searchsorted(cumulative, fractions * total * slack)
         inner = sorted_scores[np.minimum(first, n_samples - 1)]
         edges[rows, 1:-1] = inner
         # Bin b ends after the last sample whose score is <= its upper edge.

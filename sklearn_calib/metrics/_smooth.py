@@ -70,6 +70,12 @@ class _SmoothECE:
         """
         if weights is not None:
             weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+            # The density floor (1e-4) is in units of one unweighted sample:
+            # weights rescaled to mean 1 keep it there, so that scaling every
+            # weight by a constant changes nothing, and unit weights (or
+            # bootstrap counts, whose mean is 1) stay as they are.
+            mean = weights.mean(axis=1, keepdims=True)
+            weights = weights / np.where(mean > 0, mean, 1.0)
         n_rows = 1 if weights is None else weights.shape[0]
         values = np.empty(n_rows)
         bandwidths = np.empty(n_rows)
@@ -250,7 +256,8 @@ def smooth_calibration_error(
     bandwidth : float, default=None
         A fixed kernel bandwidth ``sigma``; None finds the fixed point.
     sample_weight : array-like of shape (n_samples,), default=None
-        Non-negative weights; they replace the counts in the deposits.
+        Non-negative weights; rescaled to mean 1, they replace the counts in
+        the deposits (only their ratios matter).
     labels : array-like of shape (n_classes,), default=None
         The class of each column of ``y_prob``.
     return_bandwidth : bool, default=False
