@@ -47,6 +47,7 @@ from .utils._validation import (
     expand_binary_scores,
     resolve_classes,
     to_numpy,
+    unit_weight,
     weight_scale,
 )
 
@@ -652,11 +653,11 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         unit = weight_scale(sample_weight)
         sample_weight = sample_weight / unit
         if self._conditional == "marginal":
-            self._groups = [_SortedScores(scores, sample_weight, 1.0 / unit)]
+            self._groups = [_SortedScores(scores, sample_weight, unit_weight(unit))]
         else:
             self._groups = [
                 _SortedScores(
-                    scores[y_codes == k], sample_weight[y_codes == k], 1.0 / unit
+                    scores[y_codes == k], sample_weight[y_codes == k], unit_weight(unit)
                 )
                 for k in range(len(self.classes_))
             ]
@@ -705,7 +706,14 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         if warn and np.isinf(quantiles).any():
             needed = _minimum_samples(confidence_level)
             if self._conditional == "marginal":
-                where = f"the {self._groups[0].total:g} calibration sample(s)"
+                group = self._groups[0]
+                # The total weight in units of the new sample's weight 1; an
+                # upper bound where that weight was capped (unit_weight).
+                bound = "at most " if group.test_weight >= 2.0**1000 else ""
+                where = (
+                    f"the calibration samples (total weight {bound}"
+                    f"{group.total / group.test_weight:g})"
+                )
             else:
                 short = self.classes_[np.isinf(quantiles)].tolist()
                 where = f"the calibration samples of classes {short[:10]}"

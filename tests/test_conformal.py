@@ -2,6 +2,7 @@
 
 import math
 import pickle
+import re
 import warnings
 from fractions import Fraction
 
@@ -218,6 +219,20 @@ def test_integer_weights_equal_repeated_rows(c100):
         np.testing.assert_array_equal(
             weighted.predict_set(Xt), repeated.predict_set(Xt)
         )
+
+
+def test_tiny_weights_leave_the_new_sample_dominant():
+    # Weights far below the new sample's weight 1 cannot bound any quantile:
+    # the threshold is infinite, also where 1 / (their scale) overflows, and
+    # the warning states their total weight in units of that 1.
+    X, y = make_logits(n_samples=500, n_classes=4, seed=6)
+    cases = [(1e-3, "0.5)"), (1e-300, "5e-298)"), (1e-308, "at most 8.38861e-299)")]
+    for scale, total in cases:
+        clf = ConformalClassifier()
+        with pytest.warns(UserWarning, match=re.escape(f"total weight {total}")):
+            clf.fit(X, y, sample_weight=np.full(500, scale))
+        assert clf.quantile_ == np.inf
+        assert clf.predict_set(X[:5]).all()
 
 
 def test_unit_weights_equal_no_weights():

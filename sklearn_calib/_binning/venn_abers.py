@@ -22,7 +22,7 @@ from ..base import BaseCalibrator
 from ..utils._compat import StrOptions
 from ..utils._fitted_state import check_state_array, fail_state
 from ..utils._math import log_softmax, row_blocks
-from ..utils._validation import weight_scale
+from ..utils._validation import unit_weight, weight_scale
 
 # One-vs-one fits and predicts K (K - 1) / 2 binary problems: 4,950 pairs
 # (K = 100, 5,000 samples) took 12-18 s on a loaded 2-core machine, so 32,640
@@ -455,7 +455,7 @@ class VennAbersCalibration(BaseCalibrator):
                 score,
                 (y[rows] == j).astype(np.float64),
                 sample_weight[rows],
-                test_weight=1.0 / scale,
+                test_weight=unit_weight(scale),
             )
             thresholds.append(table[0])
             p0.append(table[1])

@@ -659,6 +659,17 @@ def weight_scale(sample_weight):
     return float(np.ldexp(1.0, np.frexp(largest)[1] - 1))
 
 
+def unit_weight(scale):
+    """The weight 1 on the scale of weights divided by ``scale``: ``1 / scale``.
+
+    Capped at ``2**1000``: for weights more than about 1e308 times smaller
+    than 1, ``1 / scale`` overflows, while any weight above ``2**60`` times
+    the others already outweighs them beyond float64's precision, so the cap
+    changes no result and keeps sums of a few such weights finite.
+    """
+    return float(np.ldexp(1.0, min(-np.frexp(scale)[1] + 1, 1000)))
+
+
 def check_sample_weight(sample_weight, X, *, normalize=False):
     """Validate sample weights: finite, non-negative, not all zero, float64.
 

@@ -233,3 +233,16 @@ def test_masked_pairs_are_certain():
     p0, p1 = va._bounds(rows)
     merged = p1[1, 0] / (1 - p0[1, 0] + p1[1, 0])  # pair (0, 2), first row
     np.testing.assert_allclose(np.exp(out[0, 2]), merged, rtol=1e-12)
+
+
+@pytest.mark.parametrize("scale", [1e-306, 1e-308, 5e-324])
+def test_tiny_weights_leave_the_test_point_dominant(scale):
+    # The test point weighs 1 against the weights as given: against weights
+    # of 1e-306 and below (where 1 / their scale overflows) p0 -> 0 and
+    # p1 -> 1, so p = p1 / (1 - p0 + p1) = 1/2, with a finite fitted state.
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(300, 2)) * 3
+    y = (rng.random(300) < expit(X[:, 1] - X[:, 0])).astype(int)
+    model = VennAbersCalibration().fit(X, y, sample_weight=np.full(300, scale))
+    assert np.isfinite(model.p0_).all() and np.isfinite(model.p1_).all()
+    np.testing.assert_allclose(model.predict_proba(X[:20]), 0.5, atol=1e-12)
