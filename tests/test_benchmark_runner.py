@@ -1,8 +1,8 @@
 """benchmarks/run.py collects the tables without overwriting hand-written pages."""
 
 import importlib.util
-from types import SimpleNamespace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
