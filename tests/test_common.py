@@ -196,6 +196,30 @@ def test_registry_is_not_empty():
     assert "TemperatureScaling" in IDS
 
 
+@pytest.mark.parametrize(
+    "cls", CALIBRATORS + DECISIONS, ids=[c.__name__ for c in CALIBRATORS + DECISIONS]
+)
+def test_numeric_parameters_refuse_booleans(cls):
+    # True is an int to Python: a numeric interval must still refuse it, by
+    # the parameter's name, before any fit (not deep inside numpy or torch).
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    from sklearn_calib.utils._compat import Interval
+
+    estimator = make_fast(cls) if cls in CALIBRATORS else cls()
+    X, y = make_logits(n_samples=60, n_classes=2, seed=3)
+    numeric = [
+        name
+        for name, constraints in cls._parameter_constraints.items()
+        if constraints
+        and all(isinstance(c, Interval) or c is None for c in constraints)
+        and name in estimator.get_params(deep=False)
+    ]
+    for name in numeric:
+        with pytest.raises(InvalidParameterError, match=f"'{name}' parameter"):
+            clone(estimator).set_params(**{name: True}).fit(X, y)
+
+
 @pytest.fixture(params=CALIBRATORS, ids=IDS)
 def calibrator(request):
     return make_fast(request.param)

@@ -70,13 +70,25 @@ class _StructuredScaling(AffineCalibrator):
 
     def _penalty_strengths(self, n_classes, n_samples):
         """The strengths (reg_intercept, reg_diagonal, reg_off_diagonal)."""
-        shrink = n_classes**self.rho / n_samples**self.tau
         off = getattr(self, "lambda_off_diagonal", 0.0)
-        return (
-            self.lambda_intercept * shrink,
-            self.lambda_diagonal * shrink,
-            off * (n_classes * (n_classes - 1)) ** self.rho / n_samples**self.tau,
-        )
+        try:
+            shrink = n_classes**self.rho / n_samples**self.tau
+            pairs = (n_classes * (n_classes - 1)) ** self.rho / n_samples**self.tau
+            strengths = (
+                self.lambda_intercept * shrink,
+                self.lambda_diagonal * shrink,
+                off * pairs,
+            )
+        except (OverflowError, ZeroDivisionError):
+            strengths = (np.inf,)
+        if not all(np.isfinite(strengths)):
+            raise ValueError(
+                f"rho={self.rho!r} and tau={self.tau!r} make the penalty "
+                f"strengths n_classes**rho / n_samples**tau overflow for "
+                f"{n_classes} classes and {n_samples} samples; use exponents "
+                "of moderate size."
+            )
+        return strengths
 
     def _is_penalised(self):
         return bool(

@@ -4,16 +4,17 @@ Everything else in the package imports these names from here, so a change in
 scikit-learn's internals is mended in one place.
 """
 
+import numpy as np
 from sklearn.base import _fit_context
 from sklearn.metrics._scorer import _Scorer
 from sklearn.utils import _safe_indexing
 from sklearn.utils._param_validation import (
     HasMethods,
-    Interval,
     Options,
     StrOptions,
     validate_params,
 )
+from sklearn.utils._param_validation import Interval as _Interval
 from sklearn.utils.metadata_routing import _routing_enabled
 from sklearn.utils.validation import (
     _check_method_params,
@@ -40,6 +41,21 @@ __all__ = [
     "validate_data",
     "validate_params",
 ]
+
+
+class Interval(_Interval):
+    """scikit-learn's numeric interval constraint, without booleans.
+
+    ``True`` is an ``Integral`` (and a ``Real``) in Python, so scikit-learn's
+    ``Interval`` lets ``n_bins=True`` or ``max_iter=True`` through, and the
+    fit then fails deep inside numpy or torch with a message that names
+    neither. A parameter that takes booleans says so with ``"boolean"``.
+    """
+
+    def is_satisfied_by(self, val):
+        if isinstance(val, (bool, np.bool_)):
+            return False
+        return super().is_satisfied_by(val)
 
 
 class ScorerSubclass(_Scorer):
