@@ -14,6 +14,7 @@ ranges with ordinary file reads, not memory-mapped, so the memory of a pass
 is that of a chunk.
 """
 
+import os
 import re
 import threading
 import uuid
@@ -515,6 +516,49 @@ def _logits_dtype(X):
     return computed_dtype(getattr(to_numpy(X), "dtype", np.float64))
 
 
+def _write_chunks(f, estimator, factory, method, dtype, n_samples):
+    """Write ``method``'s output of every chunk to the open ``.npy`` file ``f``.
+
+    Returns ``(rows written, whether the header was written)``.
+    """
+    written = 0
+    header_written = False
+    for chunk in factory():
+        X = _chunk_logits(chunk)
+        if np.shape(X)[0] == 0:
+            continue
+        if dtype is not None and _logits_dtype(X) != dtype:
+            X = np.asarray(to_numpy(X)).astype(dtype)
+        out = np.asarray(getattr(estimator, method)(X))
+        if out.dtype.hasobject:
+            raise TypeError(
+                "The labels of this calibrator are Python objects, which an "
+                ".npy file cannot hold without pickling; use predict_proba."
+            )
+        if not header_written:
+            header = {
+                "descr": np.lib.format.dtype_to_descr(out.dtype),
+                "fortran_order": False,
+                "shape": (n_samples,) + out.shape[1:],
+            }
+            np.lib.format.write_array_header_2_0(f, header)
+            header_written = True
+            out_dtype = out.dtype
+        elif out.dtype != out_dtype:
+            # The header fixed the dtype: a chunk of another one is written
+            # in it only when that is exact, else the file is refused.
+            if not np.can_cast(out.dtype, out_dtype, casting="safe"):
+                raise TypeError(
+                    f"A chunk gave {method} output of dtype {out.dtype} after "
+                    f"chunks of dtype {out_dtype}, which cannot hold it "
+                    "exactly; give chunks of one dtype (or one that promotes)."
+                )
+            out = out.astype(out_dtype)
+        np.ascontiguousarray(out).tofile(f)
+        written += out.shape[0]
+    return written, header_written
+
+
 def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
     """Apply a fitted calibrator to logits in chunks, writing one ``.npy`` file.
 
@@ -532,7 +576,8 @@ def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
         number of rows is not known in advance (an iterable without
         ``n_samples``), the chunks are read twice: once to count them.
     path : str or path-like
-        The ``.npy`` file to write (overwritten).
+        The ``.npy`` file to write (overwritten, once every chunk has been
+        written: on an error an existing file is left as it was).
     method : {"predict_proba", "transform", "predict_log_proba", "predict"}, \
             default="predict_proba"
         The calibrator's method: probabilities, log-probabilities (the last
@@ -578,50 +623,25 @@ def apply_chunks(estimator, chunks, path, *, method="predict_proba"):
                 dtypes.add(_logits_dtype(X))
         dtype = np.result_type(*dtypes) if dtypes else None
     path = Path(path)
-    written = 0
-    with open(path, "wb") as f:
-        header_written = False
-        for chunk in factory():
-            X = _chunk_logits(chunk)
-            if np.shape(X)[0] == 0:
-                continue
-            if dtype is not None and _logits_dtype(X) != dtype:
-                X = np.asarray(to_numpy(X)).astype(dtype)
-            out = np.asarray(getattr(estimator, method)(X))
-            if out.dtype.hasobject:
-                raise TypeError(
-                    "The labels of this calibrator are Python objects, which an "
-                    ".npy file cannot hold without pickling; use predict_proba."
-                )
-            if not header_written:
-                header = {
-                    "descr": np.lib.format.dtype_to_descr(out.dtype),
-                    "fortran_order": False,
-                    "shape": (n_samples,) + out.shape[1:],
-                }
-                np.lib.format.write_array_header_2_0(f, header)
-                header_written = True
-                out_dtype = out.dtype
-            elif out.dtype != out_dtype:
-                # The header fixed the dtype: a chunk of another one is written
-                # in it only when that is exact, else the file is refused.
-                if not np.can_cast(out.dtype, out_dtype, casting="safe"):
-                    f.close()
-                    path.unlink(missing_ok=True)
-                    raise TypeError(
-                        f"A chunk gave {method} output of dtype {out.dtype} after "
-                        f"chunks of dtype {out_dtype}, which cannot hold it "
-                        "exactly; give chunks of one dtype (or one that promotes)."
-                    )
-                out = out.astype(out_dtype)
-            np.ascontiguousarray(out).tofile(f)
-            written += out.shape[0]
-    if not header_written or written != n_samples:
-        path.unlink(missing_ok=True)
-        raise ValueError(
-            f"The chunks held {written} rows, but {n_samples} were announced; the "
-            "data changed between two reads."
-        )
+    # Written next to ``path`` and moved over it only when complete: a chunk
+    # that fails (bad logits, a calibrator error, an interruption) leaves any
+    # previous file as it was and no partial one.
+    # (open "x" with a unique name: the file gets the usual permissions,
+    # which a mkstemp file, readable by its owner only, would not)
+    partial = path.with_name(f".{path.name}.{uuid.uuid4().hex}.partial")
+    try:
+        with open(partial, "xb") as f:
+            written, header_written = _write_chunks(
+                f, estimator, factory, method, dtype, n_samples
+            )
+        if not header_written or written != n_samples:
+            raise ValueError(
+                f"The chunks held {written} rows, but {n_samples} were announced; "
+                "the data changed between two reads."
+            )
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
     return path
 
 

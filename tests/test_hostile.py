@@ -553,3 +553,25 @@ def test_mixed_label_types_in_one_array_are_named(calibrator, logits_y):
     mixed[:5] = mixed[:5].astype(str)
     with pytest.raises(ValueError, match="mixes strings and other labels"):
         calibrator.fit(X, mixed)
+
+
+def test_apply_chunks_failing_midway_leaves_the_previous_file(tmp_path):
+    from sklearn_calib import TemperatureScaling
+    from sklearn_calib.chunked import apply_chunks
+
+    rng = np.random.default_rng(8)
+    logits = rng.normal(size=(300, 3))
+    y = rng.integers(0, 3, size=300)
+    ts = TemperatureScaling(device="cpu").fit(logits, y)
+    path = tmp_path / "out.npy"
+    np.save(path, np.arange(5.0))
+    bad = logits.copy()
+    bad[250, 1] = np.nan  # in the second chunk: the first is already written
+    with pytest.raises(ValueError, match="NaN"):
+        apply_chunks(ts, [bad[:200], bad[200:]], path)
+    np.testing.assert_array_equal(np.load(path), np.arange(5.0))
+    assert [p.name for p in tmp_path.iterdir()] == ["out.npy"]
+    # A complete run replaces it.
+    apply_chunks(ts, [logits[:200], logits[200:]], path)
+    np.testing.assert_allclose(np.load(path), ts.predict_proba(logits), atol=1e-12)
+    assert [p.name for p in tmp_path.iterdir()] == ["out.npy"]
