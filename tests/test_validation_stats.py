@@ -681,3 +681,19 @@ def test_pneumonia_model_is_overconfident(shared_data):
     report = validation_report(y, proba)
     assert report.val_prob["C (ROC)"] > 0.9
     assert 0 <= report.curve.ici <= report.curve.emax
+
+
+def test_hosmer_lemeshow_without_degrees_of_freedom_warns():
+    # Two distinct probabilities fill two groups: 2 - 2 = 0 degrees of
+    # freedom, a NaN p-value, said by a warning at the caller's line.
+    p = np.repeat([0.2, 0.7], 50)
+    y = np.tile([0, 1], 50)
+    with pytest.warns(UserWarning, match="2 non-empty group") as caught:
+        result = hosmer_lemeshow_test(y, p)
+    assert caught[0].filename == __file__
+    assert result.dof == 0 and np.isnan(result.pvalue)
+    # One sample of positive weight: one group.
+    w = np.zeros(100)
+    w[7] = 1.0
+    with pytest.warns(UserWarning, match="1 non-empty group"):
+        assert np.isnan(hosmer_lemeshow_test(y, p, sample_weight=w).pvalue)

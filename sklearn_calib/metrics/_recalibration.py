@@ -611,6 +611,14 @@ def _hosmer_lemeshow_one(p, y, w, n_groups):
     statistic = float(np.sum(np.where(np.isfinite(terms), terms, 0.0)))
     dof = int(occupied.sum()) - 2
     if dof < 1:
+        warnings.warn(
+            f"The Hosmer-Lemeshow test has {int(occupied.sum())} non-empty "
+            "group(s) of risk, so no degree of freedom (non-empty groups - 2): "
+            "its p-value is NaN. It needs at least 3 distinct predicted "
+            "probabilities among the samples of positive weight.",
+            UserWarning,
+            stacklevel=4,
+        )
         return HosmerLemeshowTest(statistic, np.nan, dof)
     return HosmerLemeshowTest(statistic, float(stats.chi2.sf(statistic, dof)), dof)
 
@@ -670,7 +678,8 @@ def hosmer_lemeshow_test(
     Returns
     -------
     result : HosmerLemeshowTest
-        ``(statistic, pvalue, dof)``.
+        ``(statistic, pvalue, dof)``; the p-value is NaN, with a warning,
+        where fewer than 3 groups are non-empty.
 
     References
     ----------
@@ -689,7 +698,11 @@ def hosmer_lemeshow_test(
     8
     """
     problems, names = binary_problems(y_true, y_prob, sample_weight, labels, multiclass)
-    results = [_hosmer_lemeshow_one(p, y, w, n_groups) for p, y, w in problems]
+    # A loop, not a comprehension: its warnings' stacklevel then names the
+    # caller's line on every Python version.
+    results = []
+    for p, y, w in problems:
+        results.append(_hosmer_lemeshow_one(p, y, w, n_groups))
     return _stack(results, names, HosmerLemeshowTest)
 
 
