@@ -333,8 +333,10 @@ def separation(x, y, w):
     x, y = x[counted], y[counted]
     if not np.any(y) or np.all(y):
         return (
-            "y_true holds only one outcome, so the calibration intercept and "
-            "the joint fit have no finite maximum-likelihood estimate"
+            "only one outcome occurs (every sample of positive weight is an "
+            "event, or none is: with the top-label confidence, every prediction "
+            "right, or every one wrong), so the calibration intercept and the "
+            "joint fit have no finite maximum-likelihood estimate"
         )
     events, others = x[y], x[~y]
     if np.all(x == x[0]):
