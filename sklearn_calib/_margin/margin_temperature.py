@@ -142,7 +142,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         Number of soft bins of the smooth ECE, centred at
         ``(b - 1/2) / n_bins``.
     sigma : float, default=0.05
-        Width of the Gaussian soft-binning kernel.
+        Width of the Gaussian soft-binning kernel, at least ``1e-6``.
     delta : float, default=1e-3
         Smoothing of the Charbonnier penalty ``sqrt(r^2 + delta^2)``.
     max_iter : int, default=500
@@ -225,7 +225,9 @@ class MarginTemperatureScaling(BaseCalibrator):
         "ece_weight": [Interval(Real, 0, None, closed="left")],
         "alpha": [Interval(Real, 0, None, closed="left"), StrOptions({"auto"})],
         "n_bins": [Interval(Integral, 1, None, closed="left")],
-        "sigma": [Interval(Real, 0, None, closed="neither")],
+        # Narrower kernels are hard bins below float32's resolution of the
+        # confidences, and SMART's float32 training fails at 1e-7 (measured).
+        "sigma": [Interval(Real, 1e-6, None, closed="left")],
         "delta": [Interval(Real, 0, None, closed="left")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],

@@ -110,7 +110,7 @@ class SMART(BaseCalibrator):
     n_bins : int, default=15
         Number of soft bins, with centres ``(b - 1/2) / n_bins``.
     sigma : float, default=0.05
-        Width of the Gaussian soft-binning kernel.
+        Width of the Gaussian soft-binning kernel, at least ``1e-6``.
     delta : float, default=1e-3
         Smoothing of the Charbonnier penalty ``sqrt(r^2 + delta^2)``.
     lr : float, default=4e-2
@@ -234,7 +234,9 @@ class SMART(BaseCalibrator):
         "hidden_sizes": ["array-like", Interval(Integral, 1, None, closed="left")],
         "loss": [StrOptions({"charbonnier_soft_ece", "soft_ece", "nll"})],
         "n_bins": [Interval(Integral, 1, None, closed="left")],
-        "sigma": [Interval(Real, 0, None, closed="neither")],
+        # Narrower kernels are hard bins below float32's resolution of the
+        # confidences, and SMART's float32 training fails at 1e-7 (measured).
+        "sigma": [Interval(Real, 1e-6, None, closed="left")],
         "delta": [Interval(Real, 0, None, closed="left")],
         "lr": [Interval(Real, 0, None, closed="neither")],
         "max_iter": [Interval(Integral, 1, None, closed="left")],

@@ -663,3 +663,15 @@ def test_a_loss_that_turns_nan_warns_and_keeps_the_best_finite_step(monkeypatch)
     monkeypatch.undo()
     reference = fast(max_iter=5).fit(X, y)
     np.testing.assert_array_equal(smart.predict_proba(X), reference.predict_proba(X))
+
+
+@pytest.mark.parametrize("cls", ["SMART", "MarginTemperatureScaling"])
+def test_kernels_narrower_than_float32_resolution_are_refused(cls):
+    from sklearn.utils._param_validation import InvalidParameterError
+
+    import sklearn_calib
+
+    logits, y = make_logits(n_samples=60, n_classes=3, seed=4)
+    for sigma in (1e-7, 1e-300):
+        with pytest.raises(InvalidParameterError, match="'sigma' parameter"):
+            getattr(sklearn_calib, cls)(sigma=sigma).fit(logits, y)
