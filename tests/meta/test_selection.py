@@ -601,3 +601,67 @@ def test_fold_fits_take_the_full_fits_blocks_and_the_refit_keeps_none(monkeypatc
     np.testing.assert_allclose(
         selector.predict_proba(X), refit.predict_proba(X), rtol=1e-12
     )
+
+
+def test_folds_start_cold_where_the_full_fit_separates_a_class(monkeypatch):
+    # On separable rows the full matrix fit runs out towards certainty and
+    # stops on the gradient tolerance: started there, a fold fit would keep
+    # the map its held-out rows pushed out (it scored -1e-9, in-sample, and
+    # was chosen over temperature scaling). Its folds start cold instead, and
+    # score as the same candidate fitted on the training parts alone.
+    from sklearn_calib._torch import _affine
+
+    rng = np.random.default_rng(8)
+    y = rng.integers(0, 3, 60)
+    X = 2.0 * np.eye(3)[y] + rng.normal(scale=0.7, size=(60, 3))
+    given = []
+    fit_affine = _affine.fit_affine
+    monkeypatch.setattr(
+        _affine,
+        "fit_affine",
+        lambda *a, **k: given.append(k["warm_start"]) or fit_affine(*a, **k),
+    )
+    candidates = [TemperatureScaling(device="cpu"), MatrixScaling(device="cpu")]
+    selector = CalibratorSelector(candidates).fit(X, y)
+    assert all(g is None for g in given)
+    splits = list(KFold(5, shuffle=True, random_state=0).split(X))
+    by_hand = []
+    for train, test in splits:
+        fold = MatrixScaling(device="cpu", tol=1e-6, classes=np.arange(3))
+        fold.fit(X[train], y[train])
+        by_hand.append(-sklearn_log_loss(y[test], fold.predict_proba(X[test])))
+    scores = [selector.cv_results_[f"split{s}_test_score"][1] for s in range(5)]
+    np.testing.assert_allclose(scores, by_hand, rtol=1e-9, atol=1e-12)
+    assert min(scores) < -1.0  # held-out rows the training parts misplace
+    assert isinstance(selector.best_estimator_, TemperatureScaling)
+
+
+def test_a_candidate_failing_on_a_split_hands_no_out_of_fold_predictions():
+    # With a numeric error_score a candidate that failed on one split can
+    # still be chosen; it has no predictions for that split's rows, so the
+    # selector hands none (MarginTemperatureScaling then warns and fits on
+    # its base's own rows, as documented) instead of rows of NaN.
+    from sklearn.exceptions import FitFailedWarning
+
+    from sklearn_calib import MarginTemperatureScaling
+
+    class Flaky(TemperatureScaling):
+        def fit(self, X, y, sample_weight=None):
+            if len(X) == 48:  # one training part of KFold(5) on 61 rows
+                raise RuntimeError("flaky fold")
+            return super().fit(X, y, sample_weight)
+
+    X, y = make_logits(n_samples=61, n_classes=3, seed=3)
+
+    def selector():
+        return CalibratorSelector(
+            [Flaky(device="cpu"), VectorScaling(device="cpu")], error_score=0.0
+        )
+
+    chosen = selector()
+    with pytest.warns(FitFailedWarning, match="flaky fold"):
+        assert chosen._fit_with_oof(X, y) is None
+    assert chosen.best_index_ == 0
+    with pytest.warns(UserWarning, match="No out-of-fold predictions"):
+        with pytest.warns(FitFailedWarning, match="flaky fold"):
+            MarginTemperatureScaling(selector(), device="cpu").fit(X, y)
