@@ -539,7 +539,10 @@ class CalibratorSelector(BaseCalibrator):
     splits start from that map where it converged, preconditioned by its
     Hessian blocks: their objective is convex, so the same optimum is
     reached, in less time; that first fit is the refit when they are
-    chosen. Temperature scaling and the structured maps, which start with
+    chosen. Where that map separates a class (every row's probability of it
+    within 0.01 of 0 or 1), its optimum lies at infinity, where a fit stops
+    wherever its start puts it: those fits on the splits start cold, so
+    that the rows a split holds out cannot reach its score. Temperature scaling and the structured maps, which start with
     it, share one temperature fit per split (the number each would compute
     alone: their scores are unchanged, and the structured maps' fit times
     exclude it). The other affine maps' fits on the training parts stop at
