@@ -219,3 +219,29 @@ def test_tests_script_modules_only_through_the_helper():
         and "torch.jit.script(" in path.read_text()
     ]
     assert not direct, f"use conftest.torch_jit_script in {direct}"
+
+
+@pytest.mark.parametrize(
+    "cls", [c for _, c in WITH_TO_TORCH], ids=[n for n, _ in WITH_TO_TORCH]
+)
+def test_half_precision_logits_give_what_predict_proba_gives(cls):
+    # Fitted on under-confident logits, the scales exceed 1: logits in the
+    # thousands overflow half precision's 65504 once scaled, and inf - inf
+    # made the modules' output NaN. They compute half precision in float32,
+    # as predict_proba does, and return it in the input's dtype.
+    from sklearn_calib.utils._testing import make_logits
+
+    n_classes = 3 if _is_multiclass(cls) else 2
+    X, y = make_logits(n_samples=600, n_classes=n_classes, seed=9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small-sample advice of SMART
+        calibrator = make_fast(cls).fit(0.05 * X, y)
+    z = np.array([[2e4, 0.0, -2e4], [1.5e4, 1.499e4, 0.0], [1.5, 0.2, -3.0]])
+    z = z[:, :n_classes].astype(np.float16)
+    with torch.no_grad():
+        out = calibrator.to_torch()(torch.from_numpy(z))
+    assert out.dtype == torch.float16
+    assert not torch.isnan(out).any()
+    np.testing.assert_allclose(
+        np.exp(out.double().numpy()), calibrator.predict_proba(z), atol=2e-3
+    )

@@ -51,12 +51,22 @@ def binary_as_two_logits(logits: torch.Tensor) -> torch.Tensor:
     return logits
 
 
-def _logits_and_mask(logits: torch.Tensor, in_float64: bool):
-    """The logits to map (float64 if ``in_float64``, a single score column s as
-    (0, s)) and their ``-inf`` (masked) entries."""
+def _computed(logits: torch.Tensor, in_float64: bool) -> torch.Tensor:
+    """The logits in the dtype a module computes in: float64 if ``in_float64``;
+    float32 for half-precision logits, as ``predict_proba`` computes them
+    (``computed_dtype``): a scaled logit overflows half precision's range
+    (65504), and inf - inf is NaN; else their own."""
     if in_float64:
-        logits = logits.to(torch.float64)
-    logits = binary_as_two_logits(logits)
+        return logits.to(torch.float64)
+    if logits.dtype == torch.float16 or logits.dtype == torch.bfloat16:
+        return logits.to(torch.float32)
+    return logits
+
+
+def _logits_and_mask(logits: torch.Tensor, in_float64: bool):
+    """The logits to map (in the dtype of :func:`_computed`, a single score
+    column s as (0, s)) and their ``-inf`` (masked) entries."""
+    logits = binary_as_two_logits(_computed(logits, in_float64))
     return logits, torch.isneginf(logits)
 
 
@@ -156,8 +166,7 @@ class PlattModule(nn.Module):
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         dtype = logits.dtype
-        if self.in_float64:
-            logits = logits.to(torch.float64)
+        logits = _computed(logits, self.in_float64)
         if logits.shape[-1] == 1:
             score = logits
         else:
