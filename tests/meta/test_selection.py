@@ -576,6 +576,20 @@ def test_fold_tol_moves_the_scores_far_less_than_their_noise():
     assert np.all(difference <= 1e-3 * tight["std_test_score"])
 
 
+def _record_warm_starts(monkeypatch):
+    """The ``warm_start`` of every affine fit from now on, in call order."""
+    from sklearn_calib._torch import _affine
+
+    given = []
+    fit_affine = _affine.fit_affine
+    monkeypatch.setattr(
+        _affine,
+        "fit_affine",
+        lambda *a, **k: given.append(k["warm_start"]) or fit_affine(*a, **k),
+    )
+    return given
+
+
 def test_fold_fits_take_the_full_fits_blocks_and_the_refit_keeps_none(monkeypatch):
     # Matrix and Dirichlet calibration are fitted on every row first; their
     # fold fits start from that map and are preconditioned by its class
@@ -585,13 +599,7 @@ def test_fold_fits_take_the_full_fits_blocks_and_the_refit_keeps_none(monkeypatc
 
     monkeypatch.setattr(_affine, "_NEWTON_PARAMS", 0)
     X, y = make_logits(n_samples=600, n_classes=5, seed=7)
-    given = []
-    fit_affine = _affine.fit_affine
-    monkeypatch.setattr(
-        _affine,
-        "fit_affine",
-        lambda *a, **k: given.append(k["warm_start"]) or fit_affine(*a, **k),
-    )
+    given = _record_warm_starts(monkeypatch)
     candidates = [MatrixScaling(device="cpu"), DirichletCalibration(device="cpu")]
     selector = CalibratorSelector(candidates, cv=3).fit(X, y)
     starts = [g for g in given if g is not None]
@@ -609,18 +617,11 @@ def test_folds_start_cold_where_the_full_fit_separates_a_class(monkeypatch):
     # the map its held-out rows pushed out (it scored -1e-9, in-sample, and
     # was chosen over temperature scaling). Its folds start cold instead, and
     # score as the same candidate fitted on the training parts alone.
-    from sklearn_calib._torch import _affine
 
     rng = np.random.default_rng(8)
     y = rng.integers(0, 3, 60)
     X = 2.0 * np.eye(3)[y] + rng.normal(scale=0.7, size=(60, 3))
-    given = []
-    fit_affine = _affine.fit_affine
-    monkeypatch.setattr(
-        _affine,
-        "fit_affine",
-        lambda *a, **k: given.append(k["warm_start"]) or fit_affine(*a, **k),
-    )
+    given = _record_warm_starts(monkeypatch)
     candidates = [TemperatureScaling(device="cpu"), MatrixScaling(device="cpu")]
     selector = CalibratorSelector(candidates).fit(X, y)
     assert all(g is None for g in given)
