@@ -245,3 +245,22 @@ def test_half_precision_logits_give_what_predict_proba_gives(cls):
     np.testing.assert_allclose(
         np.exp(out.double().numpy()), calibrator.predict_proba(z), atol=2e-3
     )
+
+
+@pytest.mark.parametrize("name", ["BetaCalibration", "QuadraticScaling"])
+def test_binary_feature_modules_clip_as_transform_on_float32_extremes(name):
+    # Scores near float32's range: transform clips the calibrated logit at a
+    # quarter of float32's largest value; the module clipped at float64's and
+    # its float32 output held -inf, the mark of a masked class.
+    import sklearn_calib
+
+    rng = np.random.default_rng(10)
+    y = rng.integers(0, 2, size=300)
+    s = (3.0 * (2 * y - 1) + rng.normal(scale=2.0, size=300))[:, None]
+    calibrator = getattr(sklearn_calib, name)().fit(s, y)
+    z = np.array([[3e38], [-3e38], [1.5]], dtype=np.float32)
+    with torch.no_grad():
+        out = calibrator.to_torch()(torch.from_numpy(z)).numpy()
+    expected = calibrator.transform(z)
+    assert out.dtype == np.float32 and np.isfinite(out).all()
+    np.testing.assert_allclose(out, expected, rtol=1e-6)

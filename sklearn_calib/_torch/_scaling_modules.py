@@ -298,7 +298,15 @@ class BinaryFeatureModule(nn.Module):
         else:
             u = s / params[3]
             f = params[2] + u * (params[0] + params[1] * u)
-        f = torch.clamp(f, -bound, bound)
+        # The calibrated logit is clipped as predict_proba clips it: at a
+        # quarter of the largest value of the dtype it computes the input in
+        # (float32 for float32 and half logits), so that a float32 output
+        # keeps a finite log-probability where transform has one.
+        if dtype == torch.float64:
+            f_bound = _quarter_max(torch.float64)
+        else:
+            f_bound = _quarter_max(torch.float32)
+        f = torch.clamp(f, -f_bound, f_bound)
         calibrated = torch.stack([zero, f], dim=-1)
         out = torch.where(masked.unsqueeze(-1), logits, calibrated)
         return torch.log_softmax(out, dim=-1).to(dtype)
