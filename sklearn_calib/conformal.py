@@ -42,6 +42,7 @@ from .utils._fitted_state import (
 )
 from .utils._math import row_blocks
 from .utils._validation import (
+    UNIT_WEIGHT_CAP,
     check_logit_labels,
     check_sample_weight,
     expand_binary_scores,
@@ -652,13 +653,12 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         # by a power of two (exact) so that huge weights cannot overflow.
         unit = weight_scale(sample_weight)
         sample_weight = sample_weight / unit
+        new = unit_weight(unit)
         if self._conditional == "marginal":
-            self._groups = [_SortedScores(scores, sample_weight, unit_weight(unit))]
+            self._groups = [_SortedScores(scores, sample_weight, new)]
         else:
             self._groups = [
-                _SortedScores(
-                    scores[y_codes == k], sample_weight[y_codes == k], unit_weight(unit)
-                )
+                _SortedScores(scores[y_codes == k], sample_weight[y_codes == k], new)
                 for k in range(len(self.classes_))
             ]
         # Warns now about too few samples for the level; quantile_ is read
@@ -709,7 +709,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 group = self._groups[0]
                 # The total weight in units of the new sample's weight 1; an
                 # upper bound where that weight was capped (unit_weight).
-                bound = "at most " if group.test_weight >= 2.0**1000 else ""
+                bound = "at most " if group.test_weight >= UNIT_WEIGHT_CAP else ""
                 where = (
                     f"the calibration samples (total weight {bound}"
                     f"{group.total / group.test_weight:g})"

@@ -10,6 +10,8 @@ import math
 
 import numpy as np
 
+from ..utils._math import summation_slack
+
 
 def _sortable_keys(scores, key_dtype):
     """Unsigned integers that sort as the (non-negative) scores do.
@@ -142,8 +144,7 @@ def equal_mass_targets(total, n_bins, *, weighted, n_samples=None, shrink=0.0):
     if not weighted:
         b = np.arange(1, n_bins)
         return ((b * n_samples + n_bins - 1) // n_bins).astype(np.float64)
-    slack = 1.0 - (n_samples or 0) * np.finfo(np.float64).eps
-    return fractions * total * (1.0 - shrink) * slack
+    return fractions * total * (1.0 - shrink) * summation_slack(n_samples or 0)
 
 
 def digit_bits_for(n_targets):

@@ -71,17 +71,17 @@ class _StructuredScaling(AffineCalibrator):
     def _penalty_strengths(self, n_classes, n_samples):
         """The strengths (reg_intercept, reg_diagonal, reg_off_diagonal)."""
         off = getattr(self, "lambda_off_diagonal", 0.0)
-        try:
-            shrink = n_classes**self.rho / n_samples**self.tau
-            pairs = (n_classes * (n_classes - 1)) ** self.rho / n_samples**self.tau
+        # float64 powers: inf or NaN where they overflow (Python's raise).
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            rows = np.float64(n_samples) ** self.tau
+            shrink = np.float64(n_classes) ** self.rho / rows
+            pairs = np.float64(n_classes * (n_classes - 1)) ** self.rho / rows
             strengths = (
-                self.lambda_intercept * shrink,
-                self.lambda_diagonal * shrink,
-                off * pairs,
+                float(self.lambda_intercept * shrink),
+                float(self.lambda_diagonal * shrink),
+                float(off * pairs),
             )
-        except (OverflowError, ZeroDivisionError):
-            strengths = (np.inf,)
-        if not all(np.isfinite(strengths)):
+        if not np.all(np.isfinite(strengths)):
             raise ValueError(
                 f"rho={self.rho!r} and tau={self.tau!r} make the penalty "
                 f"strengths n_classes**rho / n_samples**tau overflow for "

@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..utils._math import row_blocks
+from ..utils._math import row_blocks, summation_slack
 
 # Row blocks of about this many probabilities stay in the L2 cache.
 BLOCK_ELEMENTS = 2**17
@@ -370,12 +370,10 @@ def _quantile_sums(order, sorted_scores, hits, weights, n_bins):
         slab = weights[rows][:, order]
         cumulative = np.cumsum(slab, axis=1)
         total = cumulative[:, -1:]
-        # A cumulative weight that equals a target in exact arithmetic (integer
-        # weights, any common scale) must reach it after rounding too: the
-        # targets are lowered by the bound of the running sum's rounding error,
-        # so that scaling every weight by a constant cannot move an edge.
-        slack = 1.0 - n_samples * np.finfo(np.float64).eps
-        first = _rowwise_searchsorted(cumulative, fractions * total * slack)
+        # Targets the cumulative weights reach in exact arithmetic are reached
+        # after rounding too: scaling every weight cannot move an edge.
+        targets = fractions * total * summation_slack(n_samples)
+        first = _rowwise_searchsorted(cumulative, targets)
         inner = sorted_scores[np.minimum(first, n_samples - 1)]
         edges[rows, 1:-1] = inner
         # Bin b ends after the last sample whose score is <= its upper edge.

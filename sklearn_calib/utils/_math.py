@@ -72,6 +72,18 @@ def scale_logits(logits, factor):
     return out
 
 
+def summation_slack(n_terms):
+    """``1 - n_terms * eps``: a factor that lowers a target on a running sum.
+
+    A cumulative sum of ``n_terms`` float64 values that equals a target in
+    exact arithmetic (integer weights at any common scale) can round below
+    it by up to about ``n_terms * eps`` relative; a target multiplied by this
+    factor is still reached, so scaling every weight by a constant cannot
+    move a weighted quantile.
+    """
+    return 1.0 - n_terms * np.finfo(np.float64).eps
+
+
 def row_blocks(n_rows, n_cols, *, max_elements=2**18):
     """Yield slices of rows holding at most about ``max_elements`` values.
 

@@ -659,13 +659,18 @@ def weight_scale(sample_weight):
     return float(np.ldexp(1.0, np.frexp(largest)[1] - 1))
 
 
+# The largest value unit_weight returns.
+UNIT_WEIGHT_CAP = 2.0**1000
+
+
 def unit_weight(scale):
     """The weight 1 on the scale of weights divided by ``scale``: ``1 / scale``.
 
-    Capped at ``2**1000``: for weights more than about 1e308 times smaller
-    than 1, ``1 / scale`` overflows, while any weight above ``2**60`` times
-    the others already outweighs them beyond float64's precision, so the cap
-    changes no result and keeps sums of a few such weights finite.
+    Capped at ``UNIT_WEIGHT_CAP`` (2**1000): for weights more than about
+    1e308 times smaller than 1, ``1 / scale`` overflows. Divided by
+    :func:`weight_scale`, every weight is below 2, so no sum of them reaches
+    2**-900 of the cap, far below float64's precision: the cap changes no
+    result and keeps sums of a few such weights finite.
     """
     return float(np.ldexp(1.0, min(-np.frexp(scale)[1] + 1, 1000)))
 

@@ -278,7 +278,7 @@ def test_objective_at_most_probmetrics_on_real_logits(kind, name):
 
 
 @pytest.mark.parametrize("cls", [StructuredVectorScaling, StructuredMatrixScaling])
-@pytest.mark.parametrize("params", [{"rho": 1e300}, {"tau": 1e300}, {"tau": -1e300}])
+@pytest.mark.parametrize("params", [{"rho": 1e300}, {"tau": -1e300}])
 def test_exponents_whose_strengths_overflow_are_refused(cls, params):
     logits, y = make_logits(n_samples=200, n_classes=4, seed=5)
     with pytest.raises(ValueError, match="penalty strengths .* overflow"):
