@@ -30,8 +30,12 @@ def test_scale_logits_is_a_temperature_without_overflow():
     scaled = scale_logits(z, 1e10)
     assert not np.isposinf(scaled).any() and not np.isnan(scaled).any()
     np.testing.assert_array_equal(softmax(scaled)[:2], [[1, 0, 0], [0, 1, 0]])
-    # Factors up to 1 take the plain product; larger ones the shifted one.
-    np.testing.assert_array_equal(scale_logits(z[2:], 0.5), z[2:] * 0.5)
+    # Every factor takes the shifted product where the shift is finite.
+    np.testing.assert_array_equal(scale_logits(z[2:], 0.5), (z[2:] - 3.0) * 0.5)
+    # Rows spanning more than float64's range overflow in the shift: a factor
+    # up to 1 then scales first, which keeps the finite entries finite.
+    wide = np.array([[1.5e308, 0.0, -1.5e308]])
+    np.testing.assert_array_equal(scale_logits(wide, 0.5), wide * 0.5)
     np.testing.assert_allclose(
         softmax(scale_logits(z[2:], 4.0)), scipy_softmax(4.0 * z[2:], axis=1)
     )
@@ -62,3 +66,13 @@ def test_scale_logits_beyond_the_dtype_range_and_with_masked_entries():
         assert np.isneginf(scale_logits(z, factor)[0, 3])
     np.testing.assert_array_equal(softmax(z)[0, 3], 0.0)
     np.testing.assert_array_equal(log_softmax(z)[0, 3], -np.inf)
+
+
+@pytest.mark.parametrize("factor", [0.3, 1.0, 3.7])
+def test_scale_logits_is_exact_far_from_zero(factor):
+    # Logits offset by 1e15 (spacing 0.125) keep their exact differences; a
+    # product taken before the shift would round them to the spacing of
+    # 1e15 * factor and move the probabilities by up to 1e-2.
+    z = np.random.default_rng(0).normal(size=(200, 5)) * 3 + 1e15
+    exact = scipy_softmax((z - z.max(axis=1, keepdims=True)) * factor, axis=1)
+    np.testing.assert_allclose(softmax(scale_logits(z, factor)), exact, rtol=1e-12)

@@ -49,15 +49,25 @@ def scale_logits(logits, factor):
     temperature (a huge ``factor``) can send entries to ``-inf``, probability
     0, but never to ``+inf``; ``-inf`` entries (masked classes) stay ``-inf``.
     ``factor`` is a positive scalar or a column of per-row factors, applied in
-    the logits' dtype. Factors of at most 1 cannot overflow and skip the shift
-    (the softmax shifts anyway). A factor beyond the dtype's range (float32
-    logits spread by less than ~1e-38, whose fitted T is below ~3e-39) is
-    applied as a power of two and a remainder, both representable.
+    the logits' dtype. The shift comes first because it is exact near the row
+    maximum, where the probabilities are decided: scaling first would round
+    ``z * factor`` to the precision of ``|z|``, so that adding 1e15 to every
+    logit would move probabilities by 1e-4. Only where a row's finite logits
+    span more than the dtype's range (the shift overflows) do factors of at
+    most 1 scale first, which cannot overflow. A factor beyond the dtype's
+    range (float32 logits spread by less than ~1e-38, whose fitted T is below
+    ~3e-39) is applied as a power of two and a remainder, both representable.
     """
     dtype = logits.dtype
     factor = np.asarray(factor, dtype=np.float64)
     if np.all(factor <= 1):
-        return logits * factor.astype(dtype)
+        try:
+            with np.errstate(over="raise"):
+                out = np.subtract(logits, logits.max(axis=1, keepdims=True))
+        except FloatingPointError:
+            return logits * factor.astype(dtype)
+        out *= factor.astype(dtype)
+        return out
     largest = np.finfo(dtype).max
     # -inf is the intended limit: a gap that overflows in the shift is
     # beyond the dtype's range already before being multiplied by factor > 1.
