@@ -28,7 +28,11 @@ same package versions) when SMART's default schedule changed (session of
 keys moved by up to 6.4e-2; the other keys by at most 4.3e-6
 (MarginTemperatureScaling; matrix and Dirichlet scaling 1.8e-7, everything
 else bit-identical), from the machine or its thread settings, as the code
-of those fits did not change.
+of those fits did not change. Six keys written again (session of
+2026-12-07, same build) when ``scale_logits`` began shifting by the row
+maximum before multiplying by 1 / T <= 1: the float32 temperature-scaling and
+SMART predictions of c10_densenet40_guo and c100_densenetbc100_netcal moved
+by at most 1.8e-7, their rounding; every other key bit-identical.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or
