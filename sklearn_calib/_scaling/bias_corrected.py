@@ -51,6 +51,13 @@ from .temperature import TemperatureScaling
 _MAX_CLASSES = 1024
 # Backtracking halvings per Newton step.
 _LINE_SEARCH_TRIES = 60
+# The lower bound of the scale, relative to the temperature-scaling solution
+# (T at most 1e4 times it). Without a bound the NLL can fall at a negative
+# scale, a map that reverses the ranking of the logits (logits that rank the
+# classes against the labels once the biases are fitted); at the bound the
+# calibrated logits spread 1e-4 times as much as temperature scaling's, as
+# TemperatureScaling's own bound allows: nearly the class frequencies.
+_MIN_SCALE = 1e-4
 
 
 def _mapped_blocks(logits, beta, bias, mask):
@@ -184,27 +191,42 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
         # The temperature-scaling solution, as the start: nothing better is
         # computable in float64 here.
         return _bcts_result(theta, beta0, loss, np.inf, 0, "overflow", absent)
-    reduced = basis.T @ grad[index]
+    # The scale is the first column of the basis (e_0) and no other column
+    # touches it: at its bound, where the NLL would fall further below it,
+    # the biases alone move (the bound's KKT condition: grad[0] >= 0).
+    biases_only = basis[:, 1:]
     while True:
+        free_basis = (
+            biases_only if theta[0] <= _MIN_SCALE and grad[0] > 0 else basis
+        )
+        reduced = free_basis.T @ grad[index]
         # The gradient in the constraint subspace, back in parameter units.
-        projected = np.abs(basis @ reduced).max()
+        projected = np.abs(free_basis @ reduced).max()
         if projected <= tol:
             status = "converged"
             break
         if n_iter >= max_iter:
             break
         n_iter += 1
-        reduced_hess = basis.T @ hess[np.ix_(index, index)] @ basis
+        reduced_hess = free_basis.T @ hess[np.ix_(index, index)] @ free_basis
         try:
             step = -np.linalg.solve(reduced_hess, reduced)
         except np.linalg.LinAlgError:
             step = -reduced
         direction = np.zeros(k + 1)
         with np.errstate(over="ignore", invalid="ignore"):
-            direction[index] = basis @ step
+            direction[index] = free_basis @ step
             slope = float(grad @ direction)
         if not (slope < 0 and np.isfinite(direction).all()):
-            direction[index] = -(basis @ reduced)
+            direction[index] = -(free_basis @ reduced)
+            slope = float(grad @ direction)
+        if direction[0] < 0:
+            # A step of at most 1 must keep the scale at or above its bound.
+            room = (theta[0] - _MIN_SCALE) / -direction[0]
+            if room > 0:
+                direction *= min(1.0, room)
+            else:  # on the bound, where the scale should rise: descend
+                direction[index] = -(free_basis @ reduced)
             slope = float(grad @ direction)
         noise = 64 * np.finfo(np.float64).eps * max(1.0, abs(loss))
         if -slope <= noise:
@@ -222,15 +244,14 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
             break
         previous = theta, loss, projected
         theta = accepted[1][1]
+        theta[0] = max(theta[0], _MIN_SCALE)  # a rounding below the bound
         loss, grad, hess = evaluate(theta)
         if not _all_finite(loss, grad, hess):
             theta, loss, projected = previous
             return _bcts_result(
                 theta, beta0, loss, projected, n_iter, "overflow", absent
             )
-        reduced = basis.T @ grad[index]
-    gradient = float(np.abs(basis @ reduced).max())
-    return _bcts_result(theta, beta0, loss, gradient, n_iter, status, absent)
+    return _bcts_result(theta, beta0, loss, projected, n_iter, status, absent)
 
 
 def _all_finite(loss, grad, hess):
@@ -248,6 +269,7 @@ def _bcts_result(theta, beta0, loss, gradient, n_iter, status, absent):
         "n_iter": n_iter,
         "status": status,
         "n_absent": int(absent.sum()),
+        "at_min_scale": bool(theta[0] <= _MIN_SCALE),
     }
 
 
@@ -277,24 +299,45 @@ def _fit_bcts_cg(scaled, y, weights, theta, free, beta0, max_iter, tol):
         )
         return project(product)
 
+    options = {"maxiter": max_iter, "xtol": 1e-12}
     result = minimize(
-        fun,
-        theta,
-        jac=True,
-        hessp=hessp,
-        method="Newton-CG",
-        options={"maxiter": max_iter, "xtol": 1e-12},
+        fun, theta, jac=True, hessp=hessp, method="Newton-CG", options=options
     )
-    loss, grad = fun(result.x)
+    point, n_iter = result.x, int(result.nit)
+    if point[0] < _MIN_SCALE:
+        # The problem is convex: where its free optimum lies below the bound
+        # of the scale, the bounded one lies on it, with the biases solved.
+        def at_bound(bias):
+            loss, grad = fun(np.concatenate([[_MIN_SCALE], bias]))
+            return loss, grad[1:]
+
+        def bias_hessp(bias, vector):
+            at = np.concatenate([[_MIN_SCALE], bias])
+            return hessp(at, np.concatenate([[0.0], vector]))[1:]
+
+        bounded = minimize(
+            at_bound,
+            point[1:],
+            jac=True,
+            hessp=bias_hessp,
+            method="Newton-CG",
+            options=options,
+        )
+        point = np.concatenate([[_MIN_SCALE], bounded.x])
+        n_iter += int(bounded.nit)
+    loss, grad = fun(point)
+    if point[0] <= _MIN_SCALE:
+        grad[0] = min(grad[0], 0.0)  # the bound's KKT condition
     gradient = float(np.abs(grad).max())
     return {
-        "beta": result.x[0] * beta0,
-        "bias": result.x[1:],
+        "beta": point[0] * beta0,
+        "bias": point[1:],
         "loss": loss,
         "gradient": gradient,
-        "n_iter": int(result.nit),
+        "n_iter": n_iter,
         "status": "converged" if gradient <= max(tol, 1e-8) else "max_iter",
         "n_absent": int((~free).sum()),
+        "at_min_scale": bool(point[0] <= _MIN_SCALE),
     }
 
 
@@ -374,6 +417,14 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
     0. Its bias is held at 0 while the other biases keep a mean of 0, so it
     keeps its temperature-scaling odds against the mean class, with a
     ``UserWarning``.
+
+    **Logits ranked against the labels.** The scale ``1 / T`` is kept at or
+    above ``1e-4`` times the temperature-scaling solution's: where, with the
+    biases fitted, the NLL would keep falling below it (towards a negative
+    ``T``, a map that reverses the ranking of the logits), ``T`` is clamped
+    to ``1e4`` times temperature scaling's, the biases are solved there (the
+    exact optimum of the bounded convex problem), and a ``UserWarning`` says
+    so: the probabilities are then nearly the calibration class frequencies.
 
     **Masked classes.** A logit of ``-inf`` keeps probability exactly 0 in
     :meth:`predict_proba`, :meth:`transform` and :meth:`to_torch`. A row
@@ -455,6 +506,17 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
                 f"max_iter={self.max_iter} Newton iterations: the largest gradient "
                 f"entry is {result['gradient']:.3e} > tol={self.tol:g}.",
                 ConvergenceWarning,
+                stacklevel=4,
+            )
+        if result["at_min_scale"]:
+            warnings.warn(
+                f"{name}: with the biases fitted, the NLL keeps decreasing as T "
+                "grows (the logits rank the classes against the labels, a "
+                "negative T would reverse them). T was clamped to its upper "
+                f"bound {1.0 / result['beta']:.4g}, 1e4 times the "
+                "temperature-scaling solution: the probabilities are nearly "
+                "the calibration class frequencies.",
+                UserWarning,
                 stacklevel=4,
             )
         if result["loss"] < SEPARATED_LOSS:

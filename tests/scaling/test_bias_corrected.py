@@ -234,3 +234,51 @@ def test_overflowing_objective_is_reported_not_used():
     with pytest.warns(ConvergenceWarning, match="TemperatureScaling did not converge"):
         temperature = TemperatureScaling(device="cpu").fit(X, y).temperature_
     assert bcts.temperature_ == temperature
+
+
+@pytest.mark.parametrize("many_classes_path", [False, True])
+def test_logits_ranked_against_the_labels_clamp_t_at_its_bound(
+    monkeypatch, many_classes_path
+):
+    # Logits that, with the biases fitted, rank the classes against the
+    # labels: the unbounded optimum has a negative scale (a map reversing the
+    # ranking, which the fitted-state check refuses). The fit keeps T > 0 at
+    # its upper bound, 1e4 times temperature scaling's, with a warning, and
+    # the biases solved there, as scipy's bounded solve gives.
+    from sklearn_calib._scaling import bias_corrected as _bias_corrected
+
+    if many_classes_path:
+        monkeypatch.setattr(_bias_corrected, "_MAX_CLASSES", 2)
+    rng = np.random.default_rng(12)
+    y = rng.integers(0, 3, 300)
+    logits = -2.0 * np.eye(3)[y] + rng.normal(size=(300, 3))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
+        ts = TemperatureScaling(device="cpu").fit(logits, y)
+    assert any("clamped to its upper bound" in str(w.message) for w in caught)
+    assert est.temperature_ == pytest.approx(1e4 * ts.temperature_, rel=1e-12)
+    beta = 1.0 / est.temperature_
+
+    def nll(p):
+        f = logits * p[0] + p[1:]
+        return -scipy_log_softmax(f, axis=1)[np.arange(300), y].mean()
+
+    free = minimize(nll, np.r_[1.0, np.zeros(3)], method="BFGS")
+    assert free.x[0] < 0  # the unbounded optimum reverses the ranking
+    bounded = minimize(
+        nll,
+        np.r_[1.0, np.zeros(3)],
+        method="L-BFGS-B",
+        bounds=[(beta, None)] + [(None, None)] * 3,
+        options={"ftol": 1e-15, "gtol": 1e-12},
+    )
+    assert est.objective_ == pytest.approx(bounded.fun, rel=1e-9)
+    assert est.objective_ <= bounded.fun + 1e-12
+    np.testing.assert_allclose(
+        est.intercept_, bounded.x[1:] - bounded.x[1:].mean(), atol=1e-5
+    )
+    # The pickled fit loads back (its state check refuses T <= 0).
+    import pickle
+
+    pickle.loads(pickle.dumps(est))
