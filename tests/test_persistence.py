@@ -258,6 +258,13 @@ def _with_duplicate_classes(calibrator):
     return edited
 
 
+def _spline_point_at_certainty(spline):
+    """A last table point at log(1 - p) = -inf, consistent in all three arrays."""
+    spline.log_complements_ = np.r_[spline.log_complements_, -np.inf]
+    spline.confidences_ = np.r_[spline.confidences_, 1.0]
+    spline.calibrated_ = np.r_[spline.calibrated_, 1.0]
+
+
 # Per calibrator: (attribute named in the error, edit of a fitted calibrator),
 # each an edit that no fit produces and that would change predictions.
 STATE_EDITS = {
@@ -341,6 +348,7 @@ STATE_EDITS = {
         ("intercept_", _set("intercept_", lambda a: a + np.inf)),
     ],
     "SplineCalibration": [
+        ("log_complements_", _spline_point_at_certainty),  # NaN predictions
         ("log_complements_", _set("log_complements_", lambda a: a[::-1])),
         ("log_complements_", _set("log_complements_", lambda a: a + 1.0)),
         ("confidences_", _set("confidences_", lambda a: a[::-1])),

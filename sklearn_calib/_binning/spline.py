@@ -333,7 +333,9 @@ class SplineCalibration(BaseCalibrator):
 
     def _check_fitted_state(self):
         super()._check_fitted_state()
-        u = check_state_array(self, "log_complements_", ndim=1, high=0.0)
+        # Finite: a fit keeps the rows with another unmasked class, and a
+        # point at -inf (p = 1) would give NaN weights in the interpolation.
+        u = check_state_array(self, "log_complements_", ndim=1, finite=True, high=0.0)
         # The table is read by searchsorted: distinct points, as np.unique
         # gives them.
         if u.shape[0] < 1 or np.any(np.diff(u) >= 0):

@@ -489,6 +489,8 @@ class VennAbersCalibration(BaseCalibrator):
         offsets = check_state_array(self, "offsets_", shape=(n_problems + 1,))
         if offsets.dtype.kind not in "iu":
             fail_state(self, "offsets_", f"must hold integers, got {offsets.dtype}")
+        # Signed: the differences of unsigned offsets would wrap, not go negative.
+        offsets = offsets.astype(np.int64)
         # Scores may differ by +-inf (finite logits near the float range): the
         # group bounds are never NaN, but may be infinite.
         thresholds = check_state_array(
@@ -531,7 +533,9 @@ class VennAbersCalibration(BaseCalibrator):
         """(p0, p1) of every problem on every row, each (n_problems, n_rows)."""
         scores, certain = self._problem_scores(logits)
         position = np.empty(scores.shape, dtype=np.intp)
-        offsets = self.offsets_
+        # As intp: a loaded state may hold other integers, and uint64 plus the
+        # intp positions below would be float64.
+        offsets = self.offsets_.astype(np.intp, copy=False)
         for m in range(scores.shape[0]):
             position[m] = _positions(
                 self.thresholds_[offsets[m] : offsets[m + 1]], scores[m]

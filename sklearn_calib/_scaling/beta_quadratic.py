@@ -29,6 +29,7 @@ from ..utils._fitted_state import (
     fail_state,
 )
 from ..utils._math import armijo_step
+from .affine import SEPARATED_LOSS
 
 
 def binary_score(logits, name):
@@ -162,6 +163,26 @@ def _warn_if_unconverged(name, fit, tol, max_iter):
         )
 
 
+def _warn_if_separated(name, fit, stacklevel=5):
+    """A UserWarning where the fitted map separates the calibration samples.
+
+    The NLL then has no finite optimum: Newton's method meets the gradient
+    tolerance on its way to infinity, at a point that says nothing about new
+    scores (as for the affine maps, see ``SEPARATED_LOSS``).
+    """
+    if fit.loss < SEPARATED_LOSS:
+        warnings.warn(
+            f"{name}: the calibrated logits separate the calibration samples "
+            f"(mean NLL {max(fit.loss, 0.0):.1e} on them), so the likelihood has "
+            "no finite optimum and the fit stopped on a ray where it was still "
+            "improving; its predictions on new data are overconfident and "
+            "depend on where it stopped. Use PlattScaling (smoothed targets) or "
+            "more calibration samples.",
+            UserWarning,
+            stacklevel=stacklevel,
+        )
+
+
 def _unmasked_rows(logits, score, y, sample_weight, name):
     """Rows without a masked (-inf) logit, as fit data."""
     unmasked = ~np.any(logits == -np.inf, axis=1)
@@ -210,6 +231,7 @@ class _BinaryLogisticMap(BaseCalibrator):
             features, y, sample_weight, tol=self.tol, max_iter=self.max_iter
         )
         _warn_if_unconverged(type(self).__name__, fit, self.tol, self.max_iter)
+        _warn_if_separated(type(self).__name__, fit, stacklevel=6)
         return fit
 
     def _calibrated_logits(self, logits):
@@ -300,6 +322,10 @@ class BetaCalibration(_BinaryLogisticMap):
     uses the exact log-probabilities. The tests match betacal's parameters
     and probabilities on real and random scores.
 
+    Scores that separate the classes leave the likelihood without a finite
+    optimum: the solve stops on the gradient tolerance with a ``UserWarning``
+    (the calibrated logits separate the calibration samples).
+
     The midpoint ``m`` of the paper (the ``p`` mapped to 1/2) solves
     ``c + a ln m - b ln(1 - m) = 0``.
 
@@ -366,6 +392,7 @@ class BetaCalibration(_BinaryLogisticMap):
                 break  # the unconstrained optimum is feasible: it is the optimum
         fit, coef = best
         _warn_if_unconverged(name, fit, self.tol, self.max_iter)
+        _warn_if_separated(name, fit)
         self.coef_ = coef
         self.intercept_ = np.array([fit.intercept])
         self.n_iter_ = fit.n_iter
@@ -472,10 +499,11 @@ class QuadraticScaling(_BinaryLogisticMap):
     -----
     Without a penalty the optimum may lie at infinity (scores whose square
     separates the classes); the solver then stops on the gradient tolerance
-    or warns. Calibrated logits are clipped to a quarter of the largest
-    finite value of the logits' dtype, so an extreme score never gives an
-    infinite logit. A row with a masked score (a ``-inf`` logit) keeps its
-    certain prediction and is left out of the fit.
+    or on ``max_iter``, with a warning either way. Calibrated logits are
+    clipped to a quarter of the largest finite value of the logits' dtype, so
+    an extreme score never gives an infinite logit. A row with a masked score
+    (a ``-inf`` logit) keeps its certain prediction and is left out of the
+    fit.
 
     References
     ----------

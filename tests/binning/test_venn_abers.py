@@ -246,3 +246,20 @@ def test_tiny_weights_leave_the_test_point_dominant(scale):
     model = VennAbersCalibration().fit(X, y, sample_weight=np.full(300, scale))
     assert np.isfinite(model.p0_).all() and np.isfinite(model.p1_).all()
     np.testing.assert_allclose(model.predict_proba(X[:20]), 0.5, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [np.uint64, np.int32, np.uint32])
+def test_loaded_offsets_of_another_integer_dtype_predict_the_same(dtype):
+    # The state check accepts any integer offsets_ (a file written elsewhere);
+    # uint64 offsets plus the intp positions are float64 in numpy, which
+    # failed as a cast error deep in the prediction.
+    import pickle
+
+    logits, y = make_logits(n_samples=300, n_classes=3, seed=4)
+    va = VennAbersCalibration().fit(logits, y)
+    edited = pickle.loads(pickle.dumps(va))
+    edited.offsets_ = va.offsets_.astype(dtype)
+    restored = pickle.loads(pickle.dumps(edited))
+    np.testing.assert_array_equal(
+        restored.predict_proba(logits), va.predict_proba(logits)
+    )

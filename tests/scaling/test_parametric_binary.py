@@ -285,6 +285,23 @@ def test_quadratic_warns_when_stopped_early():
         QuadraticScaling(max_iter=1).fit(s[:, None], y)
 
 
+@pytest.mark.parametrize("cls", [BetaCalibration, QuadraticScaling])
+def test_separated_scores_warn(cls):
+    # No finite optimum: Newton's method met the gradient tolerance on its way
+    # to infinity (NLL ~1e-10) and returned silently, where PlattScaling and
+    # the affine maps warn.
+    s = np.array([-3.0, -2.0, -1.0, 1.0, 2.0, 3.0])
+    y = (s > 0).astype(int)
+    with pytest.warns(UserWarning, match="logits separate the calibration") as record:
+        cls().fit(s[:, None], y)
+    assert record[0].filename == __file__
+    # Overlapping classes: no warning.
+    s, y = _scores(n=400, seed=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        cls().fit(s[:, None], y)
+
+
 def test_quadratic_refuses_multiclass():
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="Only binary"):
