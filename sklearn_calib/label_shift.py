@@ -471,7 +471,7 @@ class LabelShiftAdapter(BaseCalibrator):
             blocks.proba, blocks.weights = proba, weights
             return blocks, len(proba), True
 
-        if isinstance(X, (list, tuple)) and X and np.ndim(X[0]) != 1:
+        if isinstance(X, (list, tuple)) and X and _is_chunk(X[0]):
             chunks = X
         elif hasattr(X, "__iter__") and not isinstance(X, (list, tuple, str)):
             chunks = X
@@ -624,6 +624,17 @@ class LabelShiftAdapter(BaseCalibrator):
                     draws[b] = np.nan
         alpha = 1.0 - self.confidence_level
         return np.nanquantile(draws, [alpha / 2, 1 - alpha / 2], axis=0)
+
+
+def _is_chunk(item):
+    """Whether an item of a target list is a chunk rather than one row.
+
+    A chunk is a 2-D block of logits or a ``(logits, sample_weight)`` tuple
+    (``np.ndim`` of such a ragged tuple fails); a row is 1-D.
+    """
+    if isinstance(item, tuple):
+        return bool(item) and np.ndim(item[0]) == 2
+    return np.ndim(item) == 2
 
 
 def _target_weights(sample_weight, n_rows):

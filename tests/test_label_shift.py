@@ -215,6 +215,25 @@ def test_chunked_target_matches_in_memory(tmp_path):
         np.testing.assert_allclose(chunked, in_memory, rtol=0, atol=1e-10)
 
 
+def test_list_of_weighted_chunks_matches_in_memory():
+    # The documented (X, sample_weight) chunks, given as a list or a tuple:
+    # np.ndim of the first (ragged) tuple failed inside numpy.
+    X_s, y_s, X_t, _ = _source_target(18, n=2000)
+    weights = np.random.default_rng(18).integers(0, 3, len(X_t)).astype(float)
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"), tol=1e-12)
+    adapter.fit(X_s, y_s)
+    in_memory = adapter.adapt(X_t, sample_weight=weights).priors_.copy()
+    chunks = [(X_t[i : i + 600], weights[i : i + 600]) for i in range(0, 2000, 600)]
+    for target in (chunks, tuple(chunks)):
+        chunked = adapter.adapt(target).priors_
+        np.testing.assert_allclose(chunked, in_memory, rtol=0, atol=1e-10)
+    # A list of rows (tuples of numbers) is one in-memory target.
+    rows = [tuple(row) for row in X_t]
+    np.testing.assert_allclose(
+        adapter.adapt(rows).priors_, adapter.adapt(X_t).priors_, rtol=1e-12
+    )
+
+
 def test_open_chunks_target(tmp_path):
     from sklearn_calib.chunked import open_chunks
 
