@@ -46,7 +46,7 @@ from ._chunks.sources import is_dask_array, is_zarr_array
 from ._scaling.bias_corrected import BiasCorrectedTemperatureScaling
 from .base import BaseCalibrator
 from .metrics import expected_calibration_error, log_loss
-from .utils._compat import HasMethods, Interval, StrOptions, check_is_fitted
+from .utils._compat import Interval, StrOptions, check_is_fitted
 from .utils._fitted_state import check_state_array
 from .utils._math import row_blocks
 from .utils._validation import encode_with_classes
@@ -313,7 +313,8 @@ class LabelShiftAdapter(BaseCalibrator):
 
     _parameter_constraints: dict = {
         **BaseCalibrator._parameter_constraints,
-        "calibrator": [HasMethods(["fit", "predict_proba"]), None],
+        # The adapter reweights the calibrator's transform (its log-probabilities).
+        "calibrator": [BaseCalibrator, None],
         "method": [StrOptions(set(_METHODS))],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],

@@ -287,6 +287,17 @@ def test_string_labels_masked_logits_and_pipeline():
     assert adapter.priors_[0] > 0.5
 
 
+def test_calibrator_that_is_not_a_library_calibrator_is_refused_in_fit():
+    # The adapter reweights the calibrator's transform; an estimator with
+    # fit and predict_proba only passed fit and adapt, then predict_proba
+    # failed with an AttributeError ('transform').
+    from sklearn.linear_model import LogisticRegression
+
+    X_s, y_s, _, _ = _source_target(19, n=300)
+    with pytest.raises(ValueError, match="calibrator"):
+        LabelShiftAdapter(LogisticRegression()).fit(X_s, y_s)
+
+
 def test_absent_source_class_is_an_error():
     X_s, y_s, _, _ = _source_target(11, n=600)
     keep = y_s != 2
