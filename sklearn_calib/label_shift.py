@@ -142,6 +142,14 @@ def rlls_strength(n_classes, n_source, alpha, delta=0.05):
 def _rlls_weights(confusion, target_mean, strength):
     k = confusion.shape[0]
     b = target_mean - confusion.sum(axis=1)
+    # theta = 0 (no shift) is optimal when 0 is a subgradient there:
+    # ||C^T b|| / ||b|| <= strength. The objective has a kink at 0, where
+    # L-BFGS-B's line search fails and reports no convergence at the optimum.
+    norm_b = math.sqrt(float(b @ b))
+    if norm_b == 0.0 or math.sqrt(float(np.sum((confusion.T @ b) ** 2))) <= (
+        strength * norm_b
+    ):
+        return np.ones(k), 0, True
 
     def objective(theta):
         residual = confusion @ theta - b

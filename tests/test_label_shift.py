@@ -139,6 +139,20 @@ def test_methods_recover_the_target_priors(method):
     assert report["adapted"]["nll"] < report["unadapted"]["nll"]
 
 
+def test_rlls_at_no_shift_reports_convergence():
+    # With a strong penalty the optimum is theta = 0 (weights 1), where the
+    # objective has a kink: L-BFGS-B stopped there with success=False, so
+    # convergence_ said "not converged" at the exact optimum.
+    X_s, y_s, X_t, _ = _source_target(20, n=600)
+    adapter = LabelShiftAdapter(
+        TemperatureScaling(device="cpu"), method="rlls", rlls_alpha=10.0
+    )
+    adapter.fit(X_s, y_s).adapt(X_t)
+    assert adapter.convergence_["converged"]
+    np.testing.assert_allclose(adapter.weights_, 1.0)
+    np.testing.assert_allclose(adapter.priors_, adapter.source_priors_)
+
+
 def test_bbse_hard_by_hand():
     X_s, y_s, X_t, _ = _source_target(3)
     adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"), method="bbse-hard")
