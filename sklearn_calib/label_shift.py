@@ -49,7 +49,7 @@ from .metrics import expected_calibration_error, log_loss
 from .utils._compat import Interval, StrOptions, check_is_fitted
 from .utils._fitted_state import check_state_array
 from .utils._math import row_blocks
-from .utils._validation import encode_with_classes
+from .utils._validation import check_true_labels, encode_with_classes
 
 __all__ = [
     "LabelShiftAdapter",
@@ -756,12 +756,15 @@ def label_shift_report(adapter, X_target, y_target, *, n_bins=15):
     True
     """
     check_is_fitted(adapter)
-    y_target = np.asarray(y_target)
-    report = {}
-    for name, proba in (
+    probabilities = (
         ("unadapted", adapter._source_proba(X_target)),
         ("adapted", adapter.predict_proba(X_target)),
-    ):
+    )
+    y_target = check_true_labels(
+        y_target, probabilities[0][1].shape[0], rows_of="X_target"
+    )
+    report = {}
+    for name, proba in probabilities:
         predicted = adapter.classes_[np.argmax(proba, axis=1)]
         report[name] = {
             "accuracy": float(np.mean(predicted == y_target)),

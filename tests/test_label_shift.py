@@ -415,6 +415,16 @@ def test_real_shifted_cifar10():
     assert report["adapted"]["nll"] < report["unadapted"]["nll"]
 
 
+def test_report_refuses_labels_of_another_length():
+    # The accuracy compared arrays of different lengths: numpy's broadcasting
+    # error instead of a message about y_target.
+    X_s, y_s, X_t, y_t = _source_target(21, n=300)
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu")).fit(X_s, y_s)
+    adapter.adapt(X_t)
+    with pytest.raises(ValueError, match="X_target"):
+        label_shift_report(adapter, X_t, y_t[:10])
+
+
 def test_single_score_column():
     rng = np.random.default_rng(16)
     y_s = rng.integers(0, 2, 2000)
