@@ -5,7 +5,7 @@ module (or the package) does not load it.
 """
 
 import warnings
-from numbers import Integral
+from numbers import Integral, Real
 
 import numpy as np
 
@@ -398,11 +398,19 @@ class ReliabilityDisplay:
             )
         if not isinstance(n_bins, Integral) or isinstance(n_bins, bool) or n_bins < 1:
             raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}.")
-        if not isinstance(n_bootstraps, Integral) or n_bootstraps < 0:
+        if (
+            not isinstance(n_bootstraps, Integral)
+            or isinstance(n_bootstraps, bool)
+            or n_bootstraps < 0
+        ):
             raise ValueError(
                 f"n_bootstraps must be a non-negative integer, got {n_bootstraps!r}."
             )
-        if not 0 < confidence_level < 1:
+        if (
+            not isinstance(confidence_level, Real)
+            or isinstance(confidence_level, bool)
+            or not 0 < confidence_level < 1
+        ):
             raise ValueError(
                 f"confidence_level must lie in (0, 1), got {confidence_level!r}."
             )

@@ -46,10 +46,10 @@ from ._chunks.sources import is_dask_array, is_zarr_array
 from ._scaling.bias_corrected import BiasCorrectedTemperatureScaling
 from .base import BaseCalibrator
 from .metrics import expected_calibration_error, log_loss
-from .utils._compat import HasMethods, Interval, StrOptions, check_is_fitted
+from .utils._compat import Interval, StrOptions, check_is_fitted
 from .utils._fitted_state import check_state_array
 from .utils._math import row_blocks
-from .utils._validation import encode_with_classes
+from .utils._validation import check_true_labels, encode_with_classes
 
 __all__ = [
     "LabelShiftAdapter",
@@ -142,6 +142,14 @@ def rlls_strength(n_classes, n_source, alpha, delta=0.05):
 def _rlls_weights(confusion, target_mean, strength):
     k = confusion.shape[0]
     b = target_mean - confusion.sum(axis=1)
+    # theta = 0 (no shift) is optimal when 0 is a subgradient there:
+    # ||C^T b|| / ||b|| <= strength. The objective has a kink at 0, where
+    # L-BFGS-B's line search fails and reports no convergence at the optimum.
+    norm_b = math.sqrt(float(b @ b))
+    if norm_b == 0.0 or math.sqrt(float(np.sum((confusion.T @ b) ** 2))) <= (
+        strength * norm_b
+    ):
+        return np.ones(k), 0, True
 
     def objective(theta):
         residual = confusion @ theta - b
@@ -313,7 +321,8 @@ class LabelShiftAdapter(BaseCalibrator):
 
     _parameter_constraints: dict = {
         **BaseCalibrator._parameter_constraints,
-        "calibrator": [HasMethods(["fit", "predict_proba"]), None],
+        # The adapter reweights the calibrator's transform (its log-probabilities).
+        "calibrator": [BaseCalibrator, None],
         "method": [StrOptions(set(_METHODS))],
         "max_iter": [Interval(Integral, 1, None, closed="left")],
         "tol": [Interval(Real, 0, None, closed="left")],
@@ -471,7 +480,7 @@ class LabelShiftAdapter(BaseCalibrator):
             blocks.proba, blocks.weights = proba, weights
             return blocks, len(proba), True
 
-        if isinstance(X, (list, tuple)) and X and np.ndim(X[0]) != 1:
+        if isinstance(X, (list, tuple)) and X and _is_chunk(X[0]):
             chunks = X
         elif hasattr(X, "__iter__") and not isinstance(X, (list, tuple, str)):
             chunks = X
@@ -626,6 +635,17 @@ class LabelShiftAdapter(BaseCalibrator):
         return np.nanquantile(draws, [alpha / 2, 1 - alpha / 2], axis=0)
 
 
+def _is_chunk(item):
+    """Whether an item of a target list is a chunk rather than one row.
+
+    A chunk is a 2-D block of logits or a ``(logits, sample_weight)`` tuple
+    (``np.ndim`` of such a ragged tuple fails); a row is 1-D.
+    """
+    if isinstance(item, tuple):
+        return bool(item) and np.ndim(item[0]) == 2
+    return np.ndim(item) == 2
+
+
 def _target_weights(sample_weight, n_rows):
     from .utils._validation import check_sample_weight
 
@@ -736,12 +756,15 @@ def label_shift_report(adapter, X_target, y_target, *, n_bins=15):
     True
     """
     check_is_fitted(adapter)
-    y_target = np.asarray(y_target)
-    report = {}
-    for name, proba in (
+    probabilities = (
         ("unadapted", adapter._source_proba(X_target)),
         ("adapted", adapter.predict_proba(X_target)),
-    ):
+    )
+    y_target = check_true_labels(
+        y_target, probabilities[0][1].shape[0], rows_of="X_target"
+    )
+    report = {}
+    for name, proba in probabilities:
         predicted = adapter.classes_[np.argmax(proba, axis=1)]
         report[name] = {
             "accuracy": float(np.mean(predicted == y_target)),

@@ -157,6 +157,14 @@ def test_bad_arguments_raise(data):
         ReliabilityDisplay.from_predictions(y, logits)
     with pytest.raises(Exception, match="not fitted"):
         ReliabilityDisplay.from_estimator(TemperatureScaling(), logits, y)
+    # Booleans are not counts (True drew one bootstrap resample), and a
+    # level that is not a number failed on a comparison inside the check.
+    with pytest.raises(ValueError, match="n_bootstraps"):
+        ReliabilityDisplay.from_predictions(y, proba, n_bootstraps=True)
+    with pytest.raises(ValueError, match="confidence_level"):
+        ReliabilityDisplay.from_predictions(
+            y, proba, interval="wilson", confidence_level="0.9"
+        )
 
 
 def test_importing_display_does_not_import_matplotlib():

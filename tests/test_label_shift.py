@@ -139,6 +139,20 @@ def test_methods_recover_the_target_priors(method):
     assert report["adapted"]["nll"] < report["unadapted"]["nll"]
 
 
+def test_rlls_at_no_shift_reports_convergence():
+    # With a strong penalty the optimum is theta = 0 (weights 1), where the
+    # objective has a kink: L-BFGS-B stopped there with success=False, so
+    # convergence_ said "not converged" at the exact optimum.
+    X_s, y_s, X_t, _ = _source_target(20, n=600)
+    adapter = LabelShiftAdapter(
+        TemperatureScaling(device="cpu"), method="rlls", rlls_alpha=10.0
+    )
+    adapter.fit(X_s, y_s).adapt(X_t)
+    assert adapter.convergence_["converged"]
+    np.testing.assert_allclose(adapter.weights_, 1.0)
+    np.testing.assert_allclose(adapter.priors_, adapter.source_priors_)
+
+
 def test_bbse_hard_by_hand():
     X_s, y_s, X_t, _ = _source_target(3)
     adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"), method="bbse-hard")
@@ -215,6 +229,25 @@ def test_chunked_target_matches_in_memory(tmp_path):
         np.testing.assert_allclose(chunked, in_memory, rtol=0, atol=1e-10)
 
 
+def test_list_of_weighted_chunks_matches_in_memory():
+    # The documented (X, sample_weight) chunks, given as a list or a tuple:
+    # np.ndim of the first (ragged) tuple failed inside numpy.
+    X_s, y_s, X_t, _ = _source_target(18, n=2000)
+    weights = np.random.default_rng(18).integers(0, 3, len(X_t)).astype(float)
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"), tol=1e-12)
+    adapter.fit(X_s, y_s)
+    in_memory = adapter.adapt(X_t, sample_weight=weights).priors_.copy()
+    chunks = [(X_t[i : i + 600], weights[i : i + 600]) for i in range(0, 2000, 600)]
+    for target in (chunks, tuple(chunks)):
+        chunked = adapter.adapt(target).priors_
+        np.testing.assert_allclose(chunked, in_memory, rtol=0, atol=1e-10)
+    # A list of rows (tuples of numbers) is one in-memory target.
+    rows = [tuple(row) for row in X_t]
+    np.testing.assert_allclose(
+        adapter.adapt(rows).priors_, adapter.adapt(X_t).priors_, rtol=1e-12
+    )
+
+
 def test_open_chunks_target(tmp_path):
     from sklearn_calib.chunked import open_chunks
 
@@ -266,6 +299,17 @@ def test_string_labels_masked_logits_and_pipeline():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     assert set(pipe.predict(X_t)) <= set(names)
     assert adapter.priors_[0] > 0.5
+
+
+def test_calibrator_that_is_not_a_library_calibrator_is_refused_in_fit():
+    # The adapter reweights the calibrator's transform; an estimator with
+    # fit and predict_proba only passed fit and adapt, then predict_proba
+    # failed with an AttributeError ('transform').
+    from sklearn.linear_model import LogisticRegression
+
+    X_s, y_s, _, _ = _source_target(19, n=300)
+    with pytest.raises(ValueError, match="calibrator"):
+        LabelShiftAdapter(LogisticRegression()).fit(X_s, y_s)
 
 
 def test_absent_source_class_is_an_error():
@@ -369,6 +413,16 @@ def test_real_shifted_cifar10():
     report = label_shift_report(adapter, data["logits_test"], data["y_test"])
     assert report["adapted"]["accuracy"] > report["unadapted"]["accuracy"] + 0.1
     assert report["adapted"]["nll"] < report["unadapted"]["nll"]
+
+
+def test_report_refuses_labels_of_another_length():
+    # The accuracy compared arrays of different lengths: numpy's broadcasting
+    # error instead of a message about y_target.
+    X_s, y_s, X_t, y_t = _source_target(21, n=300)
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu")).fit(X_s, y_s)
+    adapter.adapt(X_t)
+    with pytest.raises(ValueError, match="X_target"):
+        label_shift_report(adapter, X_t, y_t[:10])
 
 
 def test_single_score_column():

@@ -538,6 +538,7 @@ def test_input_types_agree():
         ([[0.2, 0.8], [0.5, 0.5]], [0, 1, 1], "inconsistent numbers of samples"),
         (np.ones((2, 2, 1)) / 2, [0, 1], "dimensions"),
         ([["a", "b"], ["c", "d"]], [0, 1], "numbers"),
+        (np.array([[0.5, 0.5], [0.5, 0.5]]) + 0.5j, [0, 1], "complex"),
     ],
     ids=[
         "not_summing",
@@ -549,6 +550,7 @@ def test_input_types_agree():
         "length",
         "3d",
         "strings",
+        "complex",
     ],
 )
 def test_bad_probabilities_raise(y_prob, y_true, message):

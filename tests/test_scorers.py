@@ -290,3 +290,21 @@ def test_neg_log_loss_is_scikit_learns_number_on_float32_probabilities():
         warnings.filterwarnings("ignore", "The y_prob values do not sum to one")
         expected = sklearn_log_loss(y, proba.astype(np.float64))
     assert log_loss(y, proba.astype(np.float64)) == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_neg_log_loss_with_classes_out_of_sorted_order(n_classes):
+    # classes_ in column order need not be sorted (classes=); scikit-learn's
+    # log_loss sorts labels and reads the columns in sorted order, so the
+    # scorer scored the wrong columns (-9.33 for an NLL of 0.088 at 3 classes).
+    X, y = make_logits(n_samples=600, n_classes=n_classes, seed=7)
+    names = np.array(["c", "a", "b"][:n_classes])
+    if n_classes == 2:
+        names = np.array(["yes", "no"])
+    model = TemperatureScaling(device="cpu", classes=names).fit(X, names[y])
+    by_code = TemperatureScaling(device="cpu").fit(X, y)
+    expected = get_scorer("neg_log_loss")(by_code, X, y)
+    scored = get_scorer("neg_log_loss")(model, X, names[y])
+    assert scored == pytest.approx(expected, rel=1e-12)
+    proba = model.predict_proba(X)
+    assert scored == pytest.approx(-log_loss(names[y], proba, labels=names), rel=1e-9)

@@ -28,6 +28,7 @@ Beside them: ``neg_aurc`` and ``neg_excess_aurc`` (selective prediction, on
 
 import copy
 
+import numpy as np
 from sklearn.metrics import get_scorer as _sklearn_get_scorer
 from sklearn.metrics import get_scorer_names as _sklearn_get_scorer_names
 from sklearn.metrics import log_loss as sklearn_log_loss
@@ -67,8 +68,36 @@ class _ClassesScorer(ScorerSubclass):
             and "labels" not in self._kwargs
             and "labels" not in kwargs
         ):
+            classes = np.asarray(classes)
+            order = np.argsort(classes, kind="stable")
+            if self._score_func.__module__.startswith("sklearn.") and np.any(
+                order != np.arange(order.size)
+            ):
+                # scikit-learn's metrics (the log loss of "neg_log_loss") sort
+                # labels and read the columns in that order, while the
+                # columns follow classes_, which a calibrator's classes= may
+                # leave unsorted: hand them the columns in sorted order.
+                method_caller = _sorted_columns(method_caller, order)
+                classes = classes[order]
             kwargs["labels"] = classes
         return super()._score(method_caller, estimator, X, y_true, **kwargs)
+
+
+def _sorted_columns(method_caller, order):
+    """``method_caller`` with its probabilities' columns in sorted class order.
+
+    A binary problem's single column is the probability of ``classes_[-1]``
+    (scikit-learn's positive class); with unsorted classes that is the first
+    sorted class, so it becomes the first of two columns.
+    """
+
+    def call(*args, **kwargs):
+        y_pred = np.asarray(method_caller(*args, **kwargs))
+        if y_pred.ndim == 1:
+            return np.column_stack([y_pred, 1 - y_pred])
+        return y_pred[:, order]
+
+    return call
 
 
 def _calibration_scorer(metric):

@@ -150,6 +150,11 @@ def as_float_2d(X, *, input_name="X", what="logits"):
         raise TypeError(
             f"{input_name} must hold numbers ({what}), got an array of dtype {X.dtype}."
         )
+    if np.issubdtype(X.dtype, np.complexfloating):
+        # A cast would drop the imaginary parts with only a ComplexWarning.
+        raise ValueError(
+            f"{input_name} holds complex numbers ({X.dtype}); {what} must be real."
+        )
     if X.dtype not in (np.float32, np.float64):
         X = X.astype(np.float64)
     if X.ndim == 1:
