@@ -275,6 +275,21 @@ def test_predict_on_dask_arrays_is_lazy_and_equal():
         ts.predict_proba(lazy[:, :3])
 
 
+def test_predict_on_dask_arrays_refuses_unfitted_and_3d():
+    # The numpy path's errors: NotFittedError (the graph was built from the
+    # missing classes_: an AttributeError), and a ValueError naming the
+    # dimensions (dask's own, about chunks, before).
+    da = pytest.importorskip("dask.array")
+    X, y = toy_logits(n_samples=100, seed=7)
+    lazy = da.from_array(X, chunks=(30, 4))
+    for method in ("predict_proba", "transform", "predict"):
+        with pytest.raises(NotFittedError):
+            getattr(TemperatureScaling(device="cpu"), method)(lazy)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="2-D array of logits; got 3 dimensions"):
+        ts.predict_proba(lazy[:, :, None])
+
+
 # --- inputs and errors ---
 
 
