@@ -38,8 +38,15 @@ DEFAULT_CHUNK_BYTES = 2**24
 
 
 def is_dask_array(obj):
-    """True for a ``dask.array.Array``, without importing dask."""
-    return type(obj).__module__.startswith("dask.") and hasattr(obj, "__dask_graph__")
+    """True for a ``dask.array.Array``, without importing dask.
+
+    Only arrays: a dask DataFrame or Series (also a dask collection) has no
+    row chunks to map block by block; it is read as any array-like (numpy
+    computes it), as by scikit-learn and the metrics.
+    """
+    return type(obj).__module__.startswith("dask.array") and hasattr(
+        obj, "__dask_graph__"
+    )
 
 
 def is_zarr_array(obj):
