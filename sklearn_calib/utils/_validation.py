@@ -411,7 +411,9 @@ def check_column_classes(classes, n_classes, *, name, columns):
     -------
     classes : ndarray of shape (n_classes,)
     """
-    classes = np.asarray(to_numpy(classes))
+    # A copy: the fitted classes_ must not share memory with the parameter
+    # (an edit of the caller's array, or tensor, would relabel a fitted model).
+    classes = np.array(to_numpy(classes))
     if n_classes is None:
         if classes.ndim != 1 or classes.shape[0] < 2:
             raise ValueError(
