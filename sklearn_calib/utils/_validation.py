@@ -309,6 +309,15 @@ def check_label_types(y, *, name="y"):
     y = np.asarray(y)
     if y.dtype != object or y.size == 0:
         return y
+    is_none = np.fromiter((v is None for v in y.ravel()), bool, y.size)
+    if is_none.any():
+        # A missing label (pandas' None in an object column): the chunked fit's
+        # np.unique failed on it with a bare "'<' not supported".
+        raise ValueError(
+            f"{name} contains None (a missing label) at position "
+            f"{int(np.flatnonzero(is_none)[0])} ({int(is_none.sum())} in all); "
+            "every sample needs its class."
+        )
     is_text = np.fromiter((isinstance(v, str) for v in y.ravel()), bool, y.size)
     if is_text.any() and not is_text.all():
         text = y.ravel()[is_text][0]
