@@ -595,6 +595,36 @@ def resolve_classes(y, n_cols, classes=None):
     )
 
 
+def warn_columns_named_otherwise(feature_names, classes):
+    """UserWarning where X's columns are named after the classes, in another order.
+
+    Without ``classes=``, column ``j`` is the ``j``-th class of the inferred
+    ``classes_`` (sorted labels, or integer indices), whatever the columns
+    are called. A frame whose column names are exactly the class labels in
+    another order (the pandas output of a calibrator fitted with unsorted
+    ``classes=``, next in a Pipeline) would be calibrated with its columns
+    read as the wrong classes, silently.
+    """
+    if feature_names is None:
+        return
+    names = [str(name) for name in feature_names]
+    labels = [str(label) for label in classes]
+    if names == labels or sorted(names) != sorted(labels):
+        return
+    if len(set(labels)) != len(labels):
+        return
+    column = next(j for j in range(len(names)) if names[j] != labels[j])
+    warnings.warn(
+        f"The columns of X are named after the classes but in another order: "
+        f"column {column} is named {names[column]!r}, yet it is read as class "
+        f"{labels[column]!r} (without classes=, column j is the j-th class of "
+        f"{excerpt(np.asarray(classes))}). Pass classes= (the class of each "
+        "column, in column order) if the names are the columns' classes.",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
 def check_labels_per_row(y, n_rows, *, name="y", rows_of="X"):
     """``y`` as one entry per row: a column vector is flattened.
 
