@@ -98,7 +98,7 @@ def expand_binary_scores(X):
     return np.hstack([np.zeros_like(X), X])
 
 
-def check_masked_logits(X, *, input_name="X"):
+def check_masked_logits(X, *, input_name="X", of=""):
     """Check the values of a float logits array; ``-inf`` marks a masked class.
 
     Language models and many classification heads mask classes with ``-inf``
@@ -108,6 +108,8 @@ def check_masked_logits(X, *, input_name="X"):
     (0, s), so there s = -inf is valid (the positive class is masked). One
     pass over the data: the row maximum is NaN when the row holds a NaN,
     ``+inf`` when it holds ``+inf`` and ``-inf`` when every entry is masked.
+    ``of`` follows the row number in the message (``" of a chunk"`` where
+    ``X`` is one chunk, whose rows are numbered from 0).
     """
     if X.size == 0:
         return X
@@ -130,7 +132,7 @@ def check_masked_logits(X, *, input_name="X"):
         return X
     row = int(np.flatnonzero(np.isneginf(top))[0])
     raise ValueError(
-        f"Input {input_name} has rows where every logit is -inf (row {row}): a row "
+        f"Input {input_name} has rows where every logit is -inf (row {row}{of}): a row "
         "needs at least one finite logit, the classes it can predict."
     )
 
@@ -174,7 +176,7 @@ def check_chunk(X, y, sample_weight, *, check_values=True):
     """
     X = as_float_2d(X)
     if check_values:
-        check_masked_logits(X)
+        check_masked_logits(X, of=" of a chunk")
     y = check_labels_per_row(np.asarray(to_numpy(y)), X.shape[0])
     if check_values and y.dtype.kind in "fc":
         assert_all_finite(y, input_name="y")
