@@ -28,6 +28,7 @@ from .utils._validation import (
     check_sample_weight,
     expand_binary_scores,
     resolve_classes,
+    warn_columns_named_otherwise,
 )
 
 
@@ -145,6 +146,8 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
             sample_weight, X, normalize=not self._weight_scale_matters()
         )
         classes, y_encoded = resolve_classes(y, X.shape[1], self.classes)
+        if self.classes is None:
+            warn_columns_named_otherwise(seen.get("feature_names_in_"), classes)
         # Small fits run torch on one thread; inside a joblib worker, torch's
         # threads are limited as joblib limits BLAS threads (_torch/_threads.py).
         with limit_torch_threads(fit_thread_limit(self, X.size)):

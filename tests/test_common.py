@@ -406,6 +406,17 @@ def test_classes_states_the_label_of_each_column(calibrator):
     np.testing.assert_array_equal(stated.get_feature_names_out(), labels.astype(str))
 
 
+def test_classes_attribute_is_not_the_parameter_array(calibrator, logits_y):
+    # classes_ was the caller's array itself: editing it after fit relabelled
+    # the fitted calibrator's predictions.
+    X, y = logits_y
+    names = NAMES[: X.shape[1]].copy()
+    fitted = clone(calibrator).set_params(classes=names).fit(X, names[y])
+    names[0] = "emu"
+    np.testing.assert_array_equal(fitted.classes_, NAMES[: X.shape[1]])
+    assert set(fitted.predict(X)) <= set(NAMES)
+
+
 def test_classes_in_any_column_order(calibrator, logits_y):
     X, y = logits_y
     names = NAMES[: X.shape[1]]

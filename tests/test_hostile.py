@@ -555,6 +555,25 @@ def test_mixed_label_types_in_one_array_are_named(calibrator, logits_y):
         calibrator.fit(X, mixed)
 
 
+def test_missing_labels_are_named_in_memory_and_in_chunks():
+    # None among the labels: scikit-learn's "Unknown label type: unknown" in
+    # memory, numpy's "'<' not supported between 'NoneType' and 'int'" over
+    # chunks; one message naming the missing label for both.
+    from sklearn_calib import TemperatureScaling
+
+    X, y = make_logits(n_samples=300, n_classes=3, seed=20)
+    missing = y.astype(object)
+    missing[7] = None
+    with pytest.raises(ValueError, match=r"y contains None .* position 7"):
+        TemperatureScaling(device="cpu").fit(X, missing)
+    with pytest.raises(ValueError, match=r"y contains None .* position 7"):
+        TemperatureScaling(device="cpu").fit_chunks([(X[:150], missing[:150])])
+    strings = np.array(["a", "b", "c"], dtype=object)[y]
+    strings[7] = None
+    with pytest.raises(ValueError, match="y contains None"):
+        TemperatureScaling(device="cpu").fit(X, strings)
+
+
 def test_apply_chunks_failing_midway_leaves_the_previous_file(tmp_path):
     from sklearn_calib import TemperatureScaling
     from sklearn_calib.chunked import apply_chunks

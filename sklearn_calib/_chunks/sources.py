@@ -25,6 +25,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from ..utils._compat import check_is_fitted
 from ..utils._row_reader import RowReader
 from ..utils._validation import check_labels_per_row, computed_dtype
 from .graph import reduction_graph
@@ -37,8 +38,15 @@ DEFAULT_CHUNK_BYTES = 2**24
 
 
 def is_dask_array(obj):
-    """True for a ``dask.array.Array``, without importing dask."""
-    return type(obj).__module__.startswith("dask.") and hasattr(obj, "__dask_graph__")
+    """True for a ``dask.array.Array``, without importing dask.
+
+    Only arrays: a dask DataFrame or Series (also a dask collection) has no
+    row chunks to map block by block; it is read as any array-like (numpy
+    computes it), as by scikit-learn and the metrics.
+    """
+    return type(obj).__module__.startswith("dask.array") and hasattr(
+        obj, "__dask_graph__"
+    )
 
 
 def is_zarr_array(obj):
@@ -431,8 +439,13 @@ def map_dask_method(estimator, X, method):
     probabilities or log-probabilities (n_samples, n_classes), or labels
     (n_samples,).
     """
+    # Before the graph is built: an unfitted estimator has no classes_ to
+    # shape it (scikit-learn's NotFittedError, as for a numpy X).
+    check_is_fitted(estimator)
     if X.ndim == 1:
         X = X[:, None]
+    if X.ndim != 2:
+        raise ValueError(f"X must be a 2-D array of logits; got {X.ndim} dimensions.")
     n_cols = int(X.shape[1])
     expected = getattr(estimator, "n_features_in_", n_cols)
     if n_cols != expected:

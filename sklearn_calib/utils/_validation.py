@@ -98,7 +98,7 @@ def expand_binary_scores(X):
     return np.hstack([np.zeros_like(X), X])
 
 
-def check_masked_logits(X, *, input_name="X"):
+def check_masked_logits(X, *, input_name="X", of=""):
     """Check the values of a float logits array; ``-inf`` marks a masked class.
 
     Language models and many classification heads mask classes with ``-inf``
@@ -108,6 +108,8 @@ def check_masked_logits(X, *, input_name="X"):
     (0, s), so there s = -inf is valid (the positive class is masked). One
     pass over the data: the row maximum is NaN when the row holds a NaN,
     ``+inf`` when it holds ``+inf`` and ``-inf`` when every entry is masked.
+    ``of`` follows the row number in the message (``" of a chunk"`` where
+    ``X`` is one chunk, whose rows are numbered from 0).
     """
     if X.size == 0:
         return X
@@ -130,7 +132,7 @@ def check_masked_logits(X, *, input_name="X"):
         return X
     row = int(np.flatnonzero(np.isneginf(top))[0])
     raise ValueError(
-        f"Input {input_name} has rows where every logit is -inf (row {row}): a row "
+        f"Input {input_name} has rows where every logit is -inf (row {row}{of}): a row "
         "needs at least one finite logit, the classes it can predict."
     )
 
@@ -179,7 +181,7 @@ def check_chunk(X, y, sample_weight, *, check_values=True):
     """
     X = as_float_2d(X)
     if check_values:
-        check_masked_logits(X)
+        check_masked_logits(X, of=" of a chunk")
     y = check_labels_per_row(np.asarray(to_numpy(y)), X.shape[0])
     if check_values and y.dtype.kind in "fc":
         assert_all_finite(y, input_name="y")
@@ -314,6 +316,15 @@ def check_label_types(y, *, name="y"):
     y = np.asarray(y)
     if y.dtype != object or y.size == 0:
         return y
+    is_none = np.fromiter((v is None for v in y.ravel()), bool, y.size)
+    if is_none.any():
+        # A missing label (pandas' None in an object column): the chunked fit's
+        # np.unique failed on it with a bare "'<' not supported".
+        raise ValueError(
+            f"{name} contains None (a missing label) at position "
+            f"{int(np.flatnonzero(is_none)[0])} ({int(is_none.sum())} in all); "
+            "every sample needs its class."
+        )
     is_text = np.fromiter((isinstance(v, str) for v in y.ravel()), bool, y.size)
     if is_text.any() and not is_text.all():
         text = y.ravel()[is_text][0]
@@ -416,7 +427,9 @@ def check_column_classes(classes, n_classes, *, name, columns):
     -------
     classes : ndarray of shape (n_classes,)
     """
-    classes = np.asarray(to_numpy(classes))
+    # A copy: the fitted classes_ must not share memory with the parameter
+    # (an edit of the caller's array, or tensor, would relabel a fitted model).
+    classes = np.array(to_numpy(classes))
     if n_classes is None:
         if classes.ndim != 1 or classes.shape[0] < 2:
             raise ValueError(
@@ -586,6 +599,36 @@ def resolve_classes(y, n_cols, classes=None):
         _ambiguous_labels_message(
             distinct, n_classes, y_name="y", columns=columns, name="classes"
         )
+    )
+
+
+def warn_columns_named_otherwise(feature_names, classes):
+    """UserWarning where X's columns are named after the classes, in another order.
+
+    Without ``classes=``, column ``j`` is the ``j``-th class of the inferred
+    ``classes_`` (sorted labels, or integer indices), whatever the columns
+    are called. A frame whose column names are exactly the class labels in
+    another order (the pandas output of a calibrator fitted with unsorted
+    ``classes=``, next in a Pipeline) would be calibrated with its columns
+    read as the wrong classes, silently.
+    """
+    if feature_names is None:
+        return
+    names = [str(name) for name in feature_names]
+    labels = [str(label) for label in classes]
+    if names == labels or sorted(names) != sorted(labels):
+        return
+    if len(set(labels)) != len(labels):
+        return
+    column = next(j for j in range(len(names)) if names[j] != labels[j])
+    warnings.warn(
+        f"The columns of X are named after the classes but in another order: "
+        f"column {column} is named {names[column]!r}, yet it is read as class "
+        f"{labels[column]!r} (without classes=, column j is the j-th class of "
+        f"{excerpt(np.asarray(classes))}). Pass classes= (the class of each "
+        "column, in column order) if the names are the columns' classes.",
+        UserWarning,
+        stacklevel=3,
     )
 
 

@@ -275,6 +275,40 @@ def test_predict_on_dask_arrays_is_lazy_and_equal():
         ts.predict_proba(lazy[:, :3])
 
 
+def test_predict_on_dask_arrays_refuses_unfitted_and_3d():
+    # The numpy path's errors: NotFittedError (the graph was built from the
+    # missing classes_: an AttributeError), and a ValueError naming the
+    # dimensions (dask's own, about chunks, before).
+    da = pytest.importorskip("dask.array")
+    X, y = toy_logits(n_samples=100, seed=7)
+    lazy = da.from_array(X, chunks=(30, 4))
+    for method in ("predict_proba", "transform", "predict"):
+        with pytest.raises(NotFittedError):
+            getattr(TemperatureScaling(device="cpu"), method)(lazy)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    with pytest.raises(ValueError, match="2-D array of logits; got 3 dimensions"):
+        ts.predict_proba(lazy[:, :, None])
+
+
+def test_dask_dataframes_are_read_as_array_likes():
+    # A dask DataFrame or Series is a dask collection but not an array: it
+    # went down the dask-array paths and failed inside dask ("no attribute
+    # 'rechunk'", a lazy scalar in a boolean test). Read like a pandas frame,
+    # computed, as scikit-learn and the metrics read it.
+    pytest.importorskip("dask.array")
+    pd = pytest.importorskip("pandas")
+    dd = pytest.importorskip("dask.dataframe")
+    X, y = toy_logits(n_samples=200, seed=7)
+    frame = pd.DataFrame(X, columns=list("abcd"))
+    lazy = dd.from_pandas(frame, npartitions=3)
+    labels = dd.from_pandas(pd.Series(y), npartitions=2)
+    for cls in (TemperatureScaling, IsotonicCalibration):
+        expected = cls().fit(X, y).predict_proba(X)
+        fitted = cls().fit(lazy, labels)
+        np.testing.assert_allclose(fitted.predict_proba(lazy), expected, atol=1e-12)
+        np.testing.assert_allclose(fitted.predict_proba(X), expected, atol=1e-12)
+
+
 # --- inputs and errors ---
 
 

@@ -323,7 +323,8 @@ def test_nan_and_posinf_are_errors_from_chunks(name, value, match):
 @pytest.mark.parametrize("name", sorted(ALL_FITS))
 def test_row_without_finite_logit_is_an_error_from_chunks(name):
     chunks = _bad_chunks(name, -np.inf, (270, slice(None)))
-    with pytest.raises(ValueError, match="every logit is -inf"):
+    # Row 270 is row 20 of the third chunk (the message said "row 20").
+    with pytest.raises(ValueError, match=r"every logit is -inf \(row 20 of a chunk\)"):
         fit_chunks_quietly(ALL_FITS[name](), chunks)
     with pytest.raises(ValueError, match="every logit is -inf"):
         BinnedCalibrationAccumulator().update_logits(chunks[2][1], chunks[2][0])
