@@ -510,12 +510,12 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
             )
         if result["at_min_scale"]:
             warnings.warn(
-                f"{name}: with the biases fitted, the NLL keeps decreasing as T "
-                "grows (the logits rank the classes against the labels, a "
-                "negative T would reverse them). T was clamped to its upper "
-                f"bound {1.0 / result['beta']:.4g}, 1e4 times the "
-                "temperature-scaling solution: the probabilities are nearly "
-                "the calibration class frequencies.",
+                "The NLL keeps decreasing as T grows with the biases fitted: "
+                "the logits rank the classes against the labels (a negative T "
+                f"would reverse them). {name} clamped T to its upper bound "
+                f"{1.0 / result['beta']:.4g}, 1e4 times the temperature-scaling "
+                "solution: the probabilities are nearly the calibration class "
+                "frequencies.",
                 UserWarning,
                 stacklevel=4,
             )

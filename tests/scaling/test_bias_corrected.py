@@ -256,7 +256,7 @@ def test_logits_ranked_against_the_labels_clamp_t_at_its_bound(
         warnings.simplefilter("always")
         est = BiasCorrectedTemperatureScaling(device="cpu").fit(logits, y)
         ts = TemperatureScaling(device="cpu").fit(logits, y)
-    assert any("clamped to its upper bound" in str(w.message) for w in caught)
+    assert any("clamped T to its upper bound" in str(w.message) for w in caught)
     assert est.temperature_ == pytest.approx(1e4 * ts.temperature_, rel=1e-12)
     beta = 1.0 / est.temperature_
 
