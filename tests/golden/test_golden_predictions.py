@@ -32,7 +32,10 @@ of those fits did not change. Six keys written again (session of
 2026-12-07, same build) when ``scale_logits`` began shifting by the row
 maximum before multiplying by 1 / T <= 1: the float32 temperature-scaling and
 SMART predictions of c10_densenet40_guo and c100_densenetbc100_netcal moved
-by at most 1.8e-7, their rounding; every other key bit-identical.
+by at most 1.8e-7, their rounding; every other key bit-identical. Two more
+(same session and build) when the matrix map's block preconditioner stopped
+undoing rebuilds: c100_densenetbc100_netcal's matrix and Dirichlet
+calibration, whose solver path changed, moved by at most 1.2e-7.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or
