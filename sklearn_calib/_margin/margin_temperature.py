@@ -17,7 +17,7 @@ from ..utils._fitted_state import (
     check_state_int,
     fail_state,
 )
-from ..utils._math import log_softmax
+from ..utils._math import log_softmax, summation_slack
 from ..utils._validation import check_device
 from .features import logit_margins
 
@@ -42,10 +42,15 @@ def _default_base():
 
 
 def _weighted_quantiles(values, weights, levels):
-    """Inverted-CDF weighted quantiles: integer weights act as repeated rows."""
+    """Inverted-CDF weighted quantiles: integer weights act as repeated rows.
+
+    The targets are lowered by the rounding a running sum can carry
+    (``summation_slack``): integer weights at any common scale (``fit``
+    divides them by the largest) reach a level exactly where repeated rows do.
+    """
     order = np.argsort(values, kind="stable")
     cumulative = np.cumsum(weights[order])
-    targets = levels * cumulative[-1]
+    targets = levels * cumulative[-1] * summation_slack(values.shape[0])
     index = np.searchsorted(cumulative, targets, side="left")
     return values[order[np.clip(index, 0, values.shape[0] - 1)]]
 

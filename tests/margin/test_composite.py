@@ -283,6 +283,43 @@ def test_knots_are_weighted_quantiles_and_weights_equal_repeats():
     )
 
 
+def test_knots_of_integer_weights_are_those_of_repeated_rows_exactly():
+    # fit divides the weights by the largest, so their running sum rounds;
+    # a level that the repeated rows reach exactly must be reached still
+    # (before: another knot on 1 draw in 25 here, probabilities 1.2e-2 apart)
+    from fractions import Fraction
+
+    from sklearn_calib._margin.margin_temperature import _weighted_quantiles
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n, n_knots = rng.integers(2, 30), rng.integers(2, 12)
+        values = rng.normal(size=n)
+        weights = rng.integers(1, 6, n)
+        order = np.argsort(values, kind="stable")
+        cumulative = np.cumsum(weights[order])
+        targets = [Fraction(j, n_knots - 1) * cumulative[-1] for j in range(n_knots)]
+        expected = [values[order[np.argmax(cumulative >= t)]] for t in targets]
+        levels = np.linspace(0, 1, n_knots)
+        for scale in (1.0, 3.7):
+            scaled = weights * scale
+            got = _weighted_quantiles(values, scaled / scaled.max(), levels)
+            np.testing.assert_array_equal(got, expected)
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        y = rng.integers(0, 3, 18)
+        X = 2 * np.eye(3)[y] + rng.normal(scale=1.5, size=(18, 3))
+        weights = rng.integers(1, 6, 18)
+    weighted = _mts(n_knots=11, alpha=0.05).fit(X, y, sample_weight=weights)
+    repeated = _mts(n_knots=11, alpha=0.05).fit(
+        np.repeat(X, weights, 0), np.repeat(y, weights)
+    )
+    np.testing.assert_allclose(weighted.knots_, repeated.knots_, rtol=1e-12)
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-6, atol=1e-9
+    )
+
+
 def test_corrects_what_one_temperature_cannot():
     X, y = _skewed_logits(n_samples=4000, seed=5)
     X_test, y_test = _skewed_logits(n_samples=4000, seed=6)
