@@ -474,6 +474,40 @@ class _Passthrough(BaseEstimator):
         return _log_softmax(np.asarray(X, dtype=np.float64))
 
 
+def test_temperatures_running_off_without_alpha_warn_and_still_predict():
+    # alpha=0, NLL only: half the rows relabelled, so margin ranges whose top
+    # class is right no more often than chance drive T to infinity (u = -4e3,
+    # beta = 0) and others far below 1 (u = 5e2). The fit said nothing; a
+    # masked class became -inf * 0 = NaN (predict_proba raised 'input logits
+    # too large', the export returned NaN), and the export's beta overflowed
+    # float32 (top entry 0 * inf = NaN).
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 3, 100)
+    X = 3 * np.eye(3)[y] + rng.normal(scale=0.5, size=(100, 3))
+    y[:50] = (y[:50] + 1) % 3
+    with pytest.warns(UserWarning, match="beyond a factor 1e4"):
+        mts = _mts(alpha=0.0, ece_weight=0.0).fit(X, y)
+    u = mts.log_inverse_temperature_
+    assert u.min() < -700 and u.max() > 100
+    masked = np.where(X.argmax(axis=1, keepdims=True) == [[0, 1, 2]], X, -np.inf)
+    for Z in (X, masked, X.astype(np.float32), masked.astype(np.float32)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            proba = mts.predict_proba(Z)
+            temperature = mts.predict_temperature(Z)
+        assert np.all(np.isfinite(proba)) and np.all(proba[np.isneginf(Z)] == 0)
+        assert np.all(temperature > 0)
+        with torch.no_grad():
+            out = mts.to_torch()(torch.from_numpy(Z)).numpy()
+        assert not np.isnan(out).any()
+        np.testing.assert_allclose(np.exp(out), proba, atol=1e-5)
+    # the default ridge keeps every temperature within the bound, silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _mts(ece_weight=0.0).fit(X, y)
+
+
 def test_true_class_masked_raises():
     X, y = make_logits(n_samples=300, n_classes=3, seed=10)
     X[0, y[0]] = -np.inf
