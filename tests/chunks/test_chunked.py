@@ -6,6 +6,7 @@ binning bin for bin. SMART trains by mini-batches; with one chunk it is the
 full-batch fit.
 """
 
+import pickle
 import re
 import subprocess
 import sys
@@ -254,6 +255,22 @@ def test_smart_mini_batches_calibrate_real_logits():
     margins = top2[:, 1] - top2[:, 0]
     np.testing.assert_allclose(smart.margin_mean_, margins.mean(), rtol=1e-12)
     np.testing.assert_allclose(smart.margin_std_, margins.std(), rtol=1e-12)
+
+
+def test_smart_chunked_margin_statistics_of_huge_margins_are_finite():
+    # margins near 1e200 square beyond float64: the chunked standard deviation
+    # was inf (in memory 1.3e200), a state the fitted-state check refuses
+    X, y = toy_logits(n_samples=400, n_classes=3, seed=10)
+    X = X * 1e200
+    params = {"device": "cpu", "random_state": 0, "max_iter": 5}
+    chunks = [(X[i : i + 100], y[i : i + 100]) for i in range(0, 400, 100)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small-sample advice
+        expected = SMART(**params).fit(X, y)
+        fitted = SMART(**params).fit_chunks(chunks)
+    assert fitted.margin_std_ == pytest.approx(expected.margin_std_, rel=1e-12)
+    assert fitted.margin_mean_ == pytest.approx(expected.margin_mean_, rel=1e-12)
+    pickle.loads(pickle.dumps(fitted))
 
 
 # --- prediction on dask arrays ---
