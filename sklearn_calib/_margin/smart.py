@@ -420,26 +420,25 @@ class SMART(BaseCalibrator):
             problem_bytes = 2 * data.n_samples * data.n_classes * data.dtype.itemsize
             if problem_bytes <= _SMART_CACHE_BYTES:
                 # Small data: every chunk is prepared once and kept (the
-                # mini-batches are the same; only the re-reading is saved).
-                cached = [
-                    prepared
+                # mini-batches are the same, in the same order as streamed
+                # below: shuffled for dask, an iterable's own order otherwise;
+                # only the re-reading is saved).
+                prepared = [
+                    _smart_problem(
+                        *chunk, mean=mean, std=std, device=device, loss=self.loss
+                    )
                     for chunk in data.chunks()
-                    for prepared in [
-                        _smart_problem(
-                            *chunk,
-                            mean=mean,
-                            std=std,
-                            device=device,
-                            loss=self.loss,
-                        )
-                    ]
-                    if prepared[0] is not None
                 ]
+                cached = [chunk for chunk in prepared if chunk[0] is not None]
 
                 def problems():
                     while True:
-                        for index in order_rng.permutation(len(cached)):
-                            yield cached[index][0]
+                        order = range(len(prepared))
+                        if data.shuffles_chunks:
+                            order = order_rng.permutation(len(prepared))
+                        for index in order:
+                            if prepared[index][0] is not None:
+                                yield prepared[index][0]
 
                 def full_loss():
                     coefs, intercepts = trainer.parameters()

@@ -649,6 +649,31 @@ def test_smart_streamed_and_cached_chunks_take_the_same_steps(monkeypatch):
     assert streamed.best_loss_ == pytest.approx(cached.best_loss_, rel=1e-12)
 
 
+def test_smart_iterable_chunks_take_their_own_order_cached_or_streamed(monkeypatch):
+    # The docstring's "iterables in their own order": the cached path (data
+    # under 256 MiB) shuffled a list's chunks each epoch, the streamed path
+    # did not, so the fit depended on the data's size (probabilities 5.5e-3
+    # apart here). A chunk of zero weights is skipped in its place by both.
+    import sklearn_calib._margin.smart as smart_module
+
+    X, y = toy_logits(n_samples=3000, n_classes=5, seed=14, dtype=np.float64)
+    weights = np.ones(3000)
+    weights[1000:1500] = 0.0
+    chunks = [
+        (X[i : i + 500], y[i : i + 500], weights[i : i + 500])
+        for i in range(0, 3000, 500)
+    ]
+    params = {"device": "cpu", "random_state": 3, "max_iter": 60}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # few samples
+        cached = SMART(**params).fit_chunks(chunks)
+        monkeypatch.setattr(smart_module, "_SMART_CACHE_BYTES", 0)
+        streamed = SMART(**params).fit_chunks(chunks)
+    np.testing.assert_allclose(streamed.loss_curve_, cached.loss_curve_, rtol=1e-12)
+    for a, b in zip(streamed.coefs_, cached.coefs_, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
+
+
 def test_reduction_graph_is_linear_in_the_number_of_chunks():
     # A dask array concatenated from one from_delayed array per chunk has a
     # graph layer per chunk. Wrapping each chunk's task in its own
