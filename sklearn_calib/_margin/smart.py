@@ -530,6 +530,18 @@ class SMART(BaseCalibrator):
             raise FloatingPointError(
                 "the SMART loss is not finite at any epoch boundary"
             )
+        finite = np.isfinite(fit.loss_curve)
+        if not finite.all():
+            # As in memory: a non-finite loss makes every later step NaN.
+            warnings.warn(
+                "SMART's training loss became NaN or infinite at step "
+                f"{int(np.argmin(finite))} of {fit.n_iter} (a chunk's "
+                "mini-batch); training could not continue past it, and the "
+                "parameters of the epoch boundary with the lowest full-data "
+                f"loss ({fit.best_loss:.4g}) were kept.",
+                ConvergenceWarning,
+                stacklevel=6,
+            )
         return fit
 
     def _check_fitted_state(self):

@@ -649,6 +649,24 @@ def test_smart_streamed_and_cached_chunks_take_the_same_steps(monkeypatch):
     assert streamed.best_loss_ == pytest.approx(cached.best_loss_, rel=1e-12)
 
 
+def test_smart_chunked_fit_warns_when_the_loss_stops_being_finite():
+    # as the in-memory fit does: a step of lr=1e300 sends the float32 work
+    # copy of the parameters to inf, and every later loss is NaN (silent)
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = toy_logits(n_samples=1200, n_classes=3, seed=12, dtype=np.float32)
+    chunks = [(X[i : i + 400], y[i : i + 400]) for i in range(0, 1200, 400)]
+    smart = SMART(device="cpu", random_state=0, max_iter=30, lr=1e300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        smart.fit_chunks(chunks)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert any("NaN or infinite at step 1 of 30" in m for m in messages)
+    assert not np.all(np.isfinite(smart.loss_curve_))
+    assert np.isfinite(smart.best_loss_)
+    assert np.all(np.isfinite(smart.predict_proba(X)))
+
+
 def test_smart_iterable_chunks_take_their_own_order_cached_or_streamed(monkeypatch):
     # The docstring's "iterables in their own order": the cached path (data
     # under 256 MiB) shuffled a list's chunks each epoch, the streamed path
