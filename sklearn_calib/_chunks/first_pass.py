@@ -278,6 +278,11 @@ class ScannedChunks:
         else:
             yield from self._checked_pass()
 
+    @property
+    def shuffles_chunks(self):
+        """Whether :meth:`shuffled_chunks` draws a new order each epoch (dask)."""
+        return _has_dask_blocks(self.source)
+
     def shuffled_chunks(self, rng):
         """Encoded chunks without end, shuffled each epoch where the source allows.
 

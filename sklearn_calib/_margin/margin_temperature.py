@@ -1,5 +1,6 @@
 """A base calibration map followed by a temperature that depends on the margin."""
 
+import math
 import warnings
 from numbers import Integral, Real
 
@@ -17,7 +18,7 @@ from ..utils._fitted_state import (
     check_state_int,
     fail_state,
 )
-from ..utils._math import log_softmax
+from ..utils._math import log_softmax, summation_slack
 from ..utils._validation import check_device
 from .features import logit_margins
 
@@ -41,11 +42,44 @@ def _default_base():
     )
 
 
+# A knot temperature beyond this factor of the base map's is read as running
+# off to 0 or infinity (the bound temperature scaling puts on its own scale).
+DIVERGED_LOG_BETA = math.log(1e4)
+
+
+def _warn_if_diverged(log_beta, knots):
+    """Warn where knot values ran off toward T = 0 or T = infinity.
+
+    Without a ridge penalty (``alpha=0``) the objective can keep decreasing
+    as a knot's temperature goes to 0 (a margin range classified without
+    error) or to infinity (one whose top class is right no more often than
+    chance); L-BFGS-B then stops where the gradient underflows, at values
+    such as ``u = -4e3``, and the fitted temperature there is a limit, not
+    an optimum.
+    """
+    far = np.abs(log_beta) > DIVERGED_LOG_BETA
+    if far.any():
+        warnings.warn(
+            f"The temperature at {int(far.sum())} of {knots.shape[0]} knots "
+            "went beyond a factor 1e4 of the base map's (at margins "
+            f"{np.array2string(knots[far], precision=3, threshold=6)}): the "
+            "objective keeps decreasing as T -> 0 or T -> infinity there, "
+            "which a ridge penalty prevents; use alpha > 0 (or 'auto').",
+            UserWarning,
+            stacklevel=5,
+        )
+
+
 def _weighted_quantiles(values, weights, levels):
-    """Inverted-CDF weighted quantiles: integer weights act as repeated rows."""
+    """Inverted-CDF weighted quantiles: integer weights act as repeated rows.
+
+    The targets are lowered by the rounding a running sum can carry
+    (``summation_slack``): integer weights at any common scale (``fit``
+    divides them by the largest) reach a level exactly where repeated rows do.
+    """
     order = np.argsort(values, kind="stable")
     cumulative = np.cumsum(weights[order])
-    targets = levels * cumulative[-1]
+    targets = levels * cumulative[-1] * summation_slack(values.shape[0])
     index = np.searchsorted(cumulative, targets, side="left")
     return values[order[np.clip(index, 0, values.shape[0] - 1)]]
 
@@ -327,6 +361,7 @@ class MarginTemperatureScaling(BaseCalibrator):
             tol=self.tol,
         )
         warn_if_short(fit, type(self).__name__, self.max_iter, self.tol)
+        _warn_if_diverged(fit.log_inverse_temperature, self.knots_)
         self.log_inverse_temperature_ = fit.log_inverse_temperature
         self.loss_ = fit.loss
         self.n_iter_ = fit.n_iter
@@ -394,17 +429,24 @@ class MarginTemperatureScaling(BaseCalibrator):
     def _inverse_temperatures(self, log_proba):
         from .._torch._margin import log_inverse_temperature
 
-        return np.exp(
-            log_inverse_temperature(
-                logit_margins(log_proba), self.knots_, self.log_inverse_temperature_
-            )
+        log_beta = log_inverse_temperature(
+            logit_margins(log_proba), self.knots_, self.log_inverse_temperature_
         )
+        # Without a ridge penalty (alpha=0) a knot value may run off to
+        # +-1e3: beta is then 0 or beyond float64, where the largest finite
+        # beta gives the same limit (one-hot) without inf * 0.
+        with np.errstate(over="ignore"):
+            return np.minimum(np.exp(log_beta), np.finfo(np.float64).max)
 
     def _calibrated_logits(self, logits):
         log_proba = self._base_log_proba(logits)
         beta = self._inverse_temperatures(log_proba)
         shifted = log_proba - log_proba.max(axis=1, keepdims=True)
-        return (shifted * beta[:, None]).astype(logits.dtype, copy=False)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = shifted * beta[:, None]
+            # A masked class (-inf) stays masked at beta = 0 (T = infinity).
+            scaled[np.isneginf(shifted)] = -np.inf
+            return scaled.astype(logits.dtype, copy=False)
 
     def predict_temperature(self, X):
         """Temperature applied to the base log-probabilities of every sample.
@@ -421,7 +463,8 @@ class MarginTemperatureScaling(BaseCalibrator):
             ``log_softmax(base.transform(X) / T)``.
         """
         logits = self._check_fitted_input(X)
-        return 1.0 / self._inverse_temperatures(self._base_log_proba(logits))
+        with np.errstate(divide="ignore"):  # beta = 0: T = inf
+            return 1.0 / self._inverse_temperatures(self._base_log_proba(logits))
 
     def to_torch(self):
         """Export as a ``torch.nn.Module``: logits to calibrated log-probabilities.

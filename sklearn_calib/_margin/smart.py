@@ -388,14 +388,14 @@ class SMART(BaseCalibrator):
             self._fit(logits, codes, weights)
             return
         self._warn_effective_samples(data.total_weight**2 / data.weight_squares)
-        total, mean, m2 = data.reduce(
+        total, mean, scale, m2 = data.reduce(
             functools.partial(_margin_moments, loss=self.loss), _merge_moments
         )
         if not total > 0:
             # Every row has a single finite logit: as in memory, no standardisation.
-            mean, m2, total = 0.0, 1.0, 1.0
+            mean, scale, m2, total = 0.0, 1.0, 1.0, 1.0
         self.margin_mean_ = mean
-        self.margin_std_ = max((m2 / total) ** 0.5, MARGIN_STD_FLOOR)
+        self.margin_std_ = max(scale * (m2 / total) ** 0.5, MARGIN_STD_FLOOR)
         std = self.margin_std_
 
         coefs, intercepts = initial_parameters(
@@ -420,26 +420,25 @@ class SMART(BaseCalibrator):
             problem_bytes = 2 * data.n_samples * data.n_classes * data.dtype.itemsize
             if problem_bytes <= _SMART_CACHE_BYTES:
                 # Small data: every chunk is prepared once and kept (the
-                # mini-batches are the same; only the re-reading is saved).
-                cached = [
-                    prepared
+                # mini-batches are the same, in the same order as streamed
+                # below: shuffled for dask, an iterable's own order otherwise;
+                # only the re-reading is saved).
+                prepared = [
+                    _smart_problem(
+                        *chunk, mean=mean, std=std, device=device, loss=self.loss
+                    )
                     for chunk in data.chunks()
-                    for prepared in [
-                        _smart_problem(
-                            *chunk,
-                            mean=mean,
-                            std=std,
-                            device=device,
-                            loss=self.loss,
-                        )
-                    ]
-                    if prepared[0] is not None
                 ]
+                cached = [chunk for chunk in prepared if chunk[0] is not None]
 
                 def problems():
                     while True:
-                        for index in order_rng.permutation(len(cached)):
-                            yield cached[index][0]
+                        order = range(len(prepared))
+                        if data.shuffles_chunks:
+                            order = order_rng.permutation(len(prepared))
+                        for index in order:
+                            if prepared[index][0] is not None:
+                                yield prepared[index][0]
 
                 def full_loss():
                     coefs, intercepts = trainer.parameters()
@@ -530,6 +529,18 @@ class SMART(BaseCalibrator):
         if not np.isfinite(fit.best_loss):
             raise FloatingPointError(
                 "the SMART loss is not finite at any epoch boundary"
+            )
+        finite = np.isfinite(fit.loss_curve)
+        if not finite.all():
+            # As in memory: a non-finite loss makes every later step NaN.
+            warnings.warn(
+                "SMART's training loss became NaN or infinite at step "
+                f"{int(np.argmin(finite))} of {fit.n_iter} (a chunk's "
+                "mini-batch); training could not continue past it, and the "
+                "parameters of the epoch boundary with the lowest full-data "
+                f"loss ({fit.best_loss:.4g}) were kept.",
+                ConvergenceWarning,
+                stacklevel=6,
             )
         return fit
 
@@ -657,10 +668,14 @@ def _smart_arrays(logits, codes, weights, loss):
 
 
 def _margin_moments(logits, codes, weights, *, loss):
-    """``(W, mean, M2)`` of the weighted finite margins of one chunk.
+    """``(W, mean, scale, M2 / scale^2)`` of the weighted finite margins of one chunk.
 
     A row with a single finite logit (infinite margin) is one-hot at every
-    temperature and stays out of the standardisation, as in memory.
+    temperature and stays out of the standardisation, as in memory. The
+    squared deviations are carried divided by ``scale^2`` (``scale`` the
+    largest deviation), as ``margin_statistics`` computes them in memory:
+    margins near 1e200 square beyond float64, and the standard deviation of
+    the chunked fit was infinite where the in-memory one is finite.
     """
     _, _, weights, margins, _, _ = _smart_arrays(logits, codes, weights, loss)
     finite = np.isfinite(margins)
@@ -668,21 +683,40 @@ def _margin_moments(logits, codes, weights, *, loss):
         margins, weights = margins[finite], weights[finite]
     total = float(weights.sum())
     if not total > 0:
-        return (0.0, 0.0, 0.0)
-    mean = float(weights @ margins / total)
-    return (total, mean, float(weights @ (margins - mean) ** 2))
+        return (0.0, 0.0, 0.0, 0.0)
+    # A convex combination of margins (all >= 0): it cannot overflow.
+    mean = float((weights / total) @ margins)
+    deviation = margins - mean
+    scale = float(np.max(np.abs(deviation)))
+    if not scale > 0:
+        return (total, mean, 0.0, 0.0)
+    return (total, mean, scale, float(weights @ (deviation / scale) ** 2))
 
 
 def _merge_moments(a, b):
-    """Chan et al.'s pairwise update of weighted means and squared deviations."""
-    w_a, mean_a, m2_a = a
-    w_b, mean_b, m2_b = b
+    """Chan et al.'s pairwise update of weighted means and squared deviations.
+
+    On the scaled moments of ``_margin_moments``: every square is of a ratio
+    at most 1, so the sums stay finite for margins up to float64's range.
+    """
+    w_a, mean_a, scale_a, m2_a = a
+    w_b, mean_b, scale_b, m2_b = b
     total = w_a + w_b
     if total == 0:
-        return (0.0, 0.0, 0.0)
+        return (0.0, 0.0, 0.0, 0.0)
+    share_b = w_b / total
+    # Both means are >= 0 (margins), so their difference cannot overflow.
     delta = mean_b - mean_a
-    mean = mean_a + delta * w_b / total
-    return (total, mean, m2_a + m2_b + delta * delta * w_a * w_b / total)
+    mean = mean_a + delta * share_b
+    scale = max(scale_a, scale_b, abs(delta))
+    if not scale > 0:
+        return (total, mean, 0.0, 0.0)
+    m2 = (
+        m2_a * (scale_a / scale) ** 2
+        + m2_b * (scale_b / scale) ** 2
+        + (delta / scale) ** 2 * w_a * share_b
+    )
+    return (total, mean, scale, m2)
 
 
 def _smart_problem(logits, codes, weights, *, mean, std, device, loss):

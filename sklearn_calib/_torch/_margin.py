@@ -321,6 +321,7 @@ class MarginTemperatureModule(torch.nn.Module):
         # Python floats, not buffer reads: torch.export cannot branch on data.
         self.lowest_knot = float(knots[0])
         self.highest_knot = float(knots[-1])
+        self.largest_beta = float(np.finfo(np.float64).max)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         log_proba = self.base(logits)
@@ -337,9 +338,15 @@ class MarginTemperatureModule(torch.nn.Module):
             width = knots[left + 1] - knots[left]
             frac = (margin - knots[left]) / width
             log_beta = values[left] * (1.0 - frac) + values[left + 1] * frac
-        beta = torch.exp(log_beta).to(log_proba.dtype).unsqueeze(-1)
+        # Scaled in float64, as transform does: a beta beyond float32's range
+        # (a knot value of 1e2 or more, alpha=0) was inf there, and the top
+        # entry's 0 * inf NaN. beta is kept finite (its one-hot limit) and a
+        # masked class (-inf) stays masked at beta = 0.
+        beta = torch.exp(log_beta).clamp(max=self.largest_beta).unsqueeze(-1)
         shifted = log_proba - log_proba.amax(dim=-1, keepdim=True)
-        return torch.log_softmax(shifted * beta, dim=-1)
+        wide = shifted.to(torch.float64)
+        scaled = torch.where(torch.isneginf(wide), wide, wide * beta)
+        return torch.log_softmax(scaled.to(log_proba.dtype), dim=-1)
 
 
 def warn_if_short(fit, name, max_iter, tol):

@@ -296,13 +296,19 @@ class SoftBins:
     def _kernel(self, p):
         """Unnormalised bin weights, (n_bins, N)."""
         scaled_p = p * self.scale
-        distance = torch.sub(self.scaled_centres, scaled_p)
         if not self.shift:
+            distance = torch.sub(self.scaled_centres, scaled_p)
             return torch.addcmul(self.zero, distance, distance, value=-1.0).exp2_()
+        # Shifted by the nearest centre c_n: (c_n - p)^2 - (c_b - p)^2, written
+        # as (c_n - c_b)(c_n + c_b - 2p) (scaled), exactly 0 at the nearest
+        # bin. The difference of the two squares, each up to (0.5 scale)^2 =
+        # 2e11 at sigma = 1e-6, lost whole units of the exponent to float32
+        # rounding: 2^(+-1e4) weights, and a non-finite loss with few bins.
         n_bins = self.n_bins
-        nearest = torch.floor(p * n_bins).clamp_(0, n_bins - 1).add_(0.5)
-        nearest = nearest.mul_(self.scale / n_bins).sub_(scaled_p).square_()
-        return torch.addcmul(nearest, distance, distance, value=-1.0).exp2_()
+        index = torch.floor(p * n_bins).clamp_(0, n_bins - 1).long()
+        nearest = self.scaled_centres.view(-1)[index]
+        gap = torch.sub(nearest, self.scaled_centres)
+        return gap.mul_(nearest + self.scaled_centres - 2.0 * scaled_p).exp2_()
 
     def __call__(self, p, correct, weights, out):
         """Write the loss into ``out`` (0-d); return d loss / d p divided by s."""

@@ -6,6 +6,7 @@ binning bin for bin. SMART trains by mini-batches; with one chunk it is the
 full-batch fit.
 """
 
+import pickle
 import re
 import subprocess
 import sys
@@ -254,6 +255,22 @@ def test_smart_mini_batches_calibrate_real_logits():
     margins = top2[:, 1] - top2[:, 0]
     np.testing.assert_allclose(smart.margin_mean_, margins.mean(), rtol=1e-12)
     np.testing.assert_allclose(smart.margin_std_, margins.std(), rtol=1e-12)
+
+
+def test_smart_chunked_margin_statistics_of_huge_margins_are_finite():
+    # margins near 1e200 square beyond float64: the chunked standard deviation
+    # was inf (in memory 1.3e200), a state the fitted-state check refuses
+    X, y = toy_logits(n_samples=400, n_classes=3, seed=10)
+    X = X * 1e200
+    params = {"device": "cpu", "random_state": 0, "max_iter": 5}
+    chunks = [(X[i : i + 100], y[i : i + 100]) for i in range(0, 400, 100)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small-sample advice
+        expected = SMART(**params).fit(X, y)
+        fitted = SMART(**params).fit_chunks(chunks)
+    assert fitted.margin_std_ == pytest.approx(expected.margin_std_, rel=1e-12)
+    assert fitted.margin_mean_ == pytest.approx(expected.margin_mean_, rel=1e-12)
+    pickle.loads(pickle.dumps(fitted))
 
 
 # --- prediction on dask arrays ---
@@ -630,6 +647,49 @@ def test_smart_streamed_and_cached_chunks_take_the_same_steps(monkeypatch):
     for a, b in zip(streamed.coefs_, cached.coefs_, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12)
     assert streamed.best_loss_ == pytest.approx(cached.best_loss_, rel=1e-12)
+
+
+def test_smart_chunked_fit_warns_when_the_loss_stops_being_finite():
+    # as the in-memory fit does: a step of lr=1e300 sends the float32 work
+    # copy of the parameters to inf, and every later loss is NaN (silent)
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = toy_logits(n_samples=1200, n_classes=3, seed=12, dtype=np.float32)
+    chunks = [(X[i : i + 400], y[i : i + 400]) for i in range(0, 1200, 400)]
+    smart = SMART(device="cpu", random_state=0, max_iter=30, lr=1e300)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        smart.fit_chunks(chunks)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert any("NaN or infinite at step 1 of 30" in m for m in messages)
+    assert not np.all(np.isfinite(smart.loss_curve_))
+    assert np.isfinite(smart.best_loss_)
+    assert np.all(np.isfinite(smart.predict_proba(X)))
+
+
+def test_smart_iterable_chunks_take_their_own_order_cached_or_streamed(monkeypatch):
+    # The docstring's "iterables in their own order": the cached path (data
+    # under 256 MiB) shuffled a list's chunks each epoch, the streamed path
+    # did not, so the fit depended on the data's size (probabilities 5.5e-3
+    # apart here). A chunk of zero weights is skipped in its place by both.
+    import sklearn_calib._margin.smart as smart_module
+
+    X, y = toy_logits(n_samples=3000, n_classes=5, seed=14, dtype=np.float64)
+    weights = np.ones(3000)
+    weights[1000:1500] = 0.0
+    chunks = [
+        (X[i : i + 500], y[i : i + 500], weights[i : i + 500])
+        for i in range(0, 3000, 500)
+    ]
+    params = {"device": "cpu", "random_state": 3, "max_iter": 60}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # few samples
+        cached = SMART(**params).fit_chunks(chunks)
+        monkeypatch.setattr(smart_module, "_SMART_CACHE_BYTES", 0)
+        streamed = SMART(**params).fit_chunks(chunks)
+    np.testing.assert_allclose(streamed.loss_curve_, cached.loss_curve_, rtol=1e-12)
+    for a, b in zip(streamed.coefs_, cached.coefs_, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12)
 
 
 def test_reduction_graph_is_linear_in_the_number_of_chunks():

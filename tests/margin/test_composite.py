@@ -283,6 +283,43 @@ def test_knots_are_weighted_quantiles_and_weights_equal_repeats():
     )
 
 
+def test_knots_of_integer_weights_are_those_of_repeated_rows_exactly():
+    # fit divides the weights by the largest, so their running sum rounds;
+    # a level that the repeated rows reach exactly must be reached still
+    # (before: another knot on 1 draw in 25 here, probabilities 1.2e-2 apart)
+    from fractions import Fraction
+
+    from sklearn_calib._margin.margin_temperature import _weighted_quantiles
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        n, n_knots = rng.integers(2, 30), rng.integers(2, 12)
+        values = rng.normal(size=n)
+        weights = rng.integers(1, 6, n)
+        order = np.argsort(values, kind="stable")
+        cumulative = np.cumsum(weights[order])
+        targets = [Fraction(j, n_knots - 1) * cumulative[-1] for j in range(n_knots)]
+        expected = [values[order[np.argmax(cumulative >= t)]] for t in targets]
+        levels = np.linspace(0, 1, n_knots)
+        for scale in (1.0, 3.7):
+            scaled = weights * scale
+            got = _weighted_quantiles(values, scaled / scaled.max(), levels)
+            np.testing.assert_array_equal(got, expected)
+    rng = np.random.default_rng(0)
+    for _ in range(8):
+        y = rng.integers(0, 3, 18)
+        X = 2 * np.eye(3)[y] + rng.normal(scale=1.5, size=(18, 3))
+        weights = rng.integers(1, 6, 18)
+    weighted = _mts(n_knots=11, alpha=0.05).fit(X, y, sample_weight=weights)
+    repeated = _mts(n_knots=11, alpha=0.05).fit(
+        np.repeat(X, weights, 0), np.repeat(y, weights)
+    )
+    np.testing.assert_allclose(weighted.knots_, repeated.knots_, rtol=1e-12)
+    np.testing.assert_allclose(
+        weighted.predict_proba(X), repeated.predict_proba(X), rtol=1e-6, atol=1e-9
+    )
+
+
 def test_corrects_what_one_temperature_cannot():
     X, y = _skewed_logits(n_samples=4000, seed=5)
     X_test, y_test = _skewed_logits(n_samples=4000, seed=6)
@@ -435,6 +472,40 @@ class _Passthrough(BaseEstimator):
 
     def transform(self, X):
         return _log_softmax(np.asarray(X, dtype=np.float64))
+
+
+def test_temperatures_running_off_without_alpha_warn_and_still_predict():
+    # alpha=0, NLL only: half the rows relabelled, so margin ranges whose top
+    # class is right no more often than chance drive T to infinity (u = -4e3,
+    # beta = 0) and others far below 1 (u = 5e2). The fit said nothing; a
+    # masked class became -inf * 0 = NaN (predict_proba raised 'input logits
+    # too large', the export returned NaN), and the export's beta overflowed
+    # float32 (top entry 0 * inf = NaN).
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 3, 100)
+    X = 3 * np.eye(3)[y] + rng.normal(scale=0.5, size=(100, 3))
+    y[:50] = (y[:50] + 1) % 3
+    with pytest.warns(UserWarning, match="beyond a factor 1e4"):
+        mts = _mts(alpha=0.0, ece_weight=0.0).fit(X, y)
+    u = mts.log_inverse_temperature_
+    assert u.min() < -700 and u.max() > 100
+    masked = np.where(X.argmax(axis=1, keepdims=True) == [[0, 1, 2]], X, -np.inf)
+    for Z in (X, masked, X.astype(np.float32), masked.astype(np.float32)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            proba = mts.predict_proba(Z)
+            temperature = mts.predict_temperature(Z)
+        assert np.all(np.isfinite(proba)) and np.all(proba[np.isneginf(Z)] == 0)
+        assert np.all(temperature > 0)
+        with torch.no_grad():
+            out = mts.to_torch()(torch.from_numpy(Z)).numpy()
+        assert not np.isnan(out).any()
+        np.testing.assert_allclose(np.exp(out), proba, atol=1e-5)
+    # the default ridge keeps every temperature within the bound, silently
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _mts(ece_weight=0.0).fit(X, y)
 
 
 def test_true_class_masked_raises():

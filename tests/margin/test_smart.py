@@ -675,3 +675,22 @@ def test_kernels_narrower_than_float32_resolution_are_refused(cls):
     for sigma in (1e-7, 1e-300):
         with pytest.raises(InvalidParameterError, match="'sigma' parameter"):
             getattr(sklearn_calib, cls)(sigma=sigma).fit(logits, y)
+
+
+@pytest.mark.parametrize("n_bins", [1, 3, 8])
+def test_narrowest_kernel_trains_float32_logits(n_bins):
+    # sigma = 1e-6 (the smallest allowed) takes the kernel shifted by the
+    # nearest centre: its exponent, a difference of two squares near 2e11
+    # in float32, lost whole units to rounding, and with few bins the loss
+    # was not finite ("logits too large", on logits of a few units)
+    logits, y = make_logits(n_samples=300, n_classes=3, seed=4)
+    params = {"device": "cpu", "random_state": 0, "max_iter": 3}
+    params.update(n_bins=n_bins, sigma=1e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # small-sample advice
+        wide = SMART(**params).fit(logits, y)
+        narrow = SMART(**params).fit(logits.astype(np.float32), y)
+    # the loss at the same start; the steps then follow float32 gradients
+    # of near-hard bins, whose kernel slopes are 1/sigma^2
+    assert narrow.loss_curve_[0] == pytest.approx(wide.loss_curve_[0], rel=1e-5)
+    assert np.all(np.isfinite(narrow.loss_curve_))
