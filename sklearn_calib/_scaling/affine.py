@@ -541,7 +541,12 @@ class MatrixScaling(AffineCalibrator):
     penalised, so such a class has no finite ``W_kk`` (its probability should
     fall to 0); it keeps its temperature-scaling row (``W_kk = 1 / T``, zeros,
     ``b_k = 0``), with a ``UserWarning`` that counts it, and the other rows
-    are fitted with it held.
+    are fitted with it held. Where a shift shared by the other rows has no
+    penalty (the biases with ``reg_mu=0``; a column of ``W`` with
+    ``reg_lambda=0``) it would lower the held class's odds on every row for
+    ever, so the other rows' mean bias and, in each such column, the sum of
+    their off-diagonal entries stay at the start's 0 (every diagonal map
+    remains available: the fit is never worse than vector scaling's).
 
     **Masked classes.** A logit of ``-inf`` marks a class the row does not
     allow. Its calibrated logit is ``-inf`` (probability exactly 0, in
