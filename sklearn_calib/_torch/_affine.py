@@ -660,6 +660,9 @@ def fit_affine(
 
     # Columns masked in every row say nothing and are left out exactly.
     columns = torch.arange(n_classes_in, device=device)
+    empty = None
+    # Their scale's optimum: the penalty's centre where it has one.
+    empty_scale = penalty.centre if penalty.diagonal > 0 else None
     if mask is not None:
         empty = mask.all(dim=0)
         if bool(empty.any()):
@@ -776,6 +779,14 @@ def fit_affine(
         coef = torch.eye(n_classes_in, dtype=torch.float64) * start
         index = columns.cpu()
         coef[index[:, None], index[None, :]] = theta[:, :-1].cpu() * factor
+    if empty_scale is not None and empty is not None and bool(empty.any()):
+        # The loss never sees a column masked in every row: its parameters
+        # minimise their penalty alone (scale at the centre, the rest 0).
+        index = torch.nonzero(empty).squeeze(1).cpu()
+        if kind == "vector":
+            coef[index] = empty_scale
+        else:
+            coef[index, index] = empty_scale
     intercept = torch.zeros(n_classes_in, dtype=torch.float64)
     intercept[columns.cpu()] = theta[:, -1].cpu()
     return AffineFit(
