@@ -410,6 +410,7 @@ class VectorScaling(AffineCalibrator):
             hold_bias_mean=not separable.any(),
             max_iter=self.max_iter,
             tol=self.tol,
+            start_iterations=start.n_iter,
         )
         result.n_absent, result.n_separable = int(absent.sum()), int(separable.sum())
         self._check_affine_result(result, n_classes=data.n_classes)
@@ -1038,17 +1039,19 @@ class PlattScaling(AffineCalibrator):
 
         prepare = functools.partial(_platt_rows, targets=targets)
         absent, separable = _unidentified_classes(data, prepare)
+        # As in memory, the start is the temperature fit of the two logits
+        # (z_0, z_1): the optimum on the ray a (0, s), c = 0.
+        start = fit_temperature_chunks(data)
         result = fit_affine_chunks(
             data.reduce,
             prepare,
             2,
-            # As in memory, the start is the temperature fit of the two
-            # logits (z_0, z_1): the optimum on the ray a (0, s), c = 0.
-            beta=fit_temperature_chunks(data).beta,
+            beta=start.beta,
             frozen=absent | separable,
             hold_bias_mean=not separable.any(),
             max_iter=self.max_iter,
             tol=self.tol,
+            start_iterations=start.n_iter,
         )
         result.n_absent, result.n_separable = int(absent.sum()), int(separable.sum())
         self._check_affine_result(result, n_classes=2)

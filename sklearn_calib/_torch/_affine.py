@@ -833,6 +833,7 @@ def fit_affine_chunks(
     hold_bias_mean=False,
     max_iter=1000,
     tol=1e-7,
+    start_iterations=0,
 ):
     """The vector map from sums over chunks: ``fit_affine``'s solver, unchanged.
 
@@ -852,6 +853,9 @@ def fit_affine_chunks(
         Classes kept at the start (no finite optimum; see ``fit_affine``),
         with ``hold_bias_mean`` as in ``AffineObjective.freeze``.
     max_iter, tol : as ``fit_affine``.
+    start_iterations : int
+        Iterations of the solve that gave ``beta``: the fit's ``n_iter`` when
+        every class is frozen (as in memory, where it is the ray search's).
 
     Returns
     -------
@@ -871,7 +875,8 @@ def fit_affine_chunks(
     objective.with_hessian = newton
     loss, grad, curv = objective.evaluate(theta, curvature=not newton)
     grad_norm = _finite_start(loss, grad)
-    solver_name, status, n_iter, decrement = "none", "converged", 0, 0.0
+    solver_name, status, decrement = "none", "converged", 0.0
+    n_iter = start_iterations
     if solve:
         solver_name, theta, loss, grad, status, n_iter, decrement = _run_solver(
             objective, theta, loss, grad, curv, newton, max_iter, tol
