@@ -410,6 +410,7 @@ class VectorScaling(AffineCalibrator):
             hold_bias_mean=not separable.any(),
             max_iter=self.max_iter,
             tol=self.tol,
+            start_iterations=start.n_iter,
         )
         result.n_absent, result.n_separable = int(absent.sum()), int(separable.sum())
         self._check_affine_result(result, n_classes=data.n_classes)
@@ -541,7 +542,12 @@ class MatrixScaling(AffineCalibrator):
     penalised, so such a class has no finite ``W_kk`` (its probability should
     fall to 0); it keeps its temperature-scaling row (``W_kk = 1 / T``, zeros,
     ``b_k = 0``), with a ``UserWarning`` that counts it, and the other rows
-    are fitted with it held.
+    are fitted with it held. Where a shift shared by the other rows has no
+    penalty (the biases with ``reg_mu=0``; a column of ``W`` with
+    ``reg_lambda=0``) it would lower the held class's odds on every row for
+    ever, so the other rows' mean bias and, in each such column, the sum of
+    their off-diagonal entries stay at the start's 0 (every diagonal map
+    remains available: the fit is never worse than vector scaling's).
 
     **Masked classes.** A logit of ``-inf`` marks a class the row does not
     allow. Its calibrated logit is ``-inf`` (probability exactly 0, in
@@ -1033,17 +1039,19 @@ class PlattScaling(AffineCalibrator):
 
         prepare = functools.partial(_platt_rows, targets=targets)
         absent, separable = _unidentified_classes(data, prepare)
+        # As in memory, the start is the temperature fit of the two logits
+        # (z_0, z_1): the optimum on the ray a (0, s), c = 0.
+        start = fit_temperature_chunks(data)
         result = fit_affine_chunks(
             data.reduce,
             prepare,
             2,
-            # As in memory, the start is the temperature fit of the two
-            # logits (z_0, z_1): the optimum on the ray a (0, s), c = 0.
-            beta=fit_temperature_chunks(data).beta,
+            beta=start.beta,
             frozen=absent | separable,
             hold_bias_mean=not separable.any(),
             max_iter=self.max_iter,
             tol=self.tol,
+            start_iterations=start.n_iter,
         )
         result.n_absent, result.n_separable = int(absent.sum()), int(separable.sum())
         self._check_affine_result(result, n_classes=2)

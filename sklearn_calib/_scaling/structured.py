@@ -291,6 +291,12 @@ _COMMON_NOTES = """
     (``K_row`` of them), and the calibrated logit of a masked class is
     ``-inf`` (in :meth:`predict_proba`, :meth:`transform` and
     :meth:`to_torch`). A row must not mask its true class (``ValueError``).
+
+    **Classes without a calibration sample** (with ``classes=``) have a
+    finite optimum only while every one of their parameters is penalised.
+    With a ``lambda_*`` of 0 such a class keeps the solver's start (the
+    best common scale of the features, near 1, and bias 0) with a
+    ``UserWarning``, as in :class:`VectorScaling` and :class:`MatrixScaling`.
 """
 
 

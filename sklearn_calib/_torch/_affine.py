@@ -314,8 +314,8 @@ def _newton_direction(objective, theta, grad):
     change): penalties and curvatures can differ by hundreds of orders of
     magnitude (an ODIR penalty on rescaled tiny logits), and a ridge relative
     to the largest entry would swamp the others. The directions softmax cannot
-    see (and frozen classes) are handled exactly: H gets the identity on the
-    null directions, whose gradient component is zero. What remains
+    see, and those held with frozen classes, are handled exactly: H is
+    solved on their complement, with the identity on them. What remains
     near-singular gets a small relative ridge, raised at most _RIDGE_TRIES
     times.
     """
@@ -327,17 +327,25 @@ def _newton_direction(objective, theta, grad):
     diagonal = hessian.diagonal()
     root = torch.where(diagonal > 0, diagonal.sqrt(), torch.ones_like(diagonal))
     hessian = hessian / root[:, None] / root[None, :]
+    eye = torch.eye(hessian.shape[0], dtype=hessian.dtype, device=hessian.device)
+    scaled_g = g / root[:, None]
     basis = objective.null_basis()
     if basis is not None:
-        # The null directions v (H v = 0) are v / root in scaled coordinates.
-        basis, _ = torch.linalg.qr(basis * root[:, None])
-        hessian = hessian + basis @ basis.T
-    eye = torch.eye(hessian.shape[0], dtype=hessian.dtype, device=hessian.device)
+        # The step keeps B^T s = 0 (the directions that project() removes):
+        # the scaled step root * s is orthogonal to B / root. H is
+        # solved on that complement, with the identity on the basis: the
+        # constrained Newton step, exact for held directions (the loss sees
+        # them: a frozen class's odds), and for null ones (H v = 0) the step
+        # of H + v v^T once projected.
+        basis, _ = torch.linalg.qr(basis / root[:, None])
+        complement = eye - basis @ basis.T
+        hessian = complement @ hessian @ complement + basis @ basis.T
+        scaled_g = complement @ scaled_g
     ridge = _RIDGE
     for _ in range(_RIDGE_TRIES):
         factor, info = torch.linalg.cholesky_ex(hessian + ridge * eye)
         if int(info) == 0:
-            step = torch.cholesky_solve(g / root[:, None], factor) / root[:, None]
+            step = torch.cholesky_solve(scaled_g, factor) / root[:, None]
             if bool(torch.isfinite(step).all()):
                 break
         ridge *= 100.0
@@ -655,6 +663,9 @@ def fit_affine(
 
     # Columns masked in every row say nothing and are left out exactly.
     columns = torch.arange(n_classes_in, device=device)
+    empty = None
+    # Their scale's optimum: the penalty's centre where it has one.
+    empty_scale = penalty.centre if penalty.diagonal > 0 else None
     if mask is not None:
         empty = mask.all(dim=0)
         if bool(empty.any()):
@@ -713,21 +724,25 @@ def fit_affine(
                 objective = AffineObjective(features, y, weights, kind, penalty, mask)
                 theta = theta[kept]
         objective.freeze(frozen, hold_bias_mean=not bool(separable.any()))
-    elif kind == "matrix" and penalty.diagonal == 0:
-        # The diagonal is never penalised: a class without a calibration sample
-        # has no finite W_kk (its probability should go to 0 on every row, and
-        # W_kk runs to -infinity wherever its logits share a sign), so its
-        # calibrated logits would sit wherever the solver stops, their digits
-        # set by rounding and the thread count. Such a class keeps its
-        # temperature-scaling row (W_kk = beta, 0, b_k = 0), as in the vector
-        # map; with an unpenalised bias the free biases' mean is held too.
+    elif kind == "matrix" and not bool((objective.rho > 0).all()):
+        # A class without a calibration sample has no finite row where some of
+        # its entries have no penalty: its probability should go to 0 on
+        # every row (ODIR never penalises the diagonal, and W_kk runs to
+        # -infinity wherever its logits share a sign; an unpenalised bias
+        # runs to -infinity), so its calibrated logits would sit wherever the
+        # solver stops, their digits set by rounding and the thread count.
+        # Such a class keeps its temperature-scaling row (W_kk = beta, 0,
+        # b_k = 0), as in the vector map, and the free rows' mean is held in
+        # each column that no penalty bounds on them (the bias column
+        # included): moving it moves every free class against the held ones.
         mass = torch.zeros(objective.n_classes, dtype=torch.float64, device=device)
         mass.scatter_add_(0, objective.y, objective.weights64)
         absent = mass == 0
         n_absent = int(absent.sum())
         if n_absent and not bool(absent.all()):
             frozen = absent
-            objective.freeze(frozen, hold_bias_mean=not penalty.bias > 0)
+            held = ~(objective.rho[~absent] > 0).any(dim=0)
+            objective.freeze(frozen, held_columns=held)
 
     # With every class kept at the start, the fit is the temperature solve.
     solver_name = "none"
@@ -767,6 +782,14 @@ def fit_affine(
         coef = torch.eye(n_classes_in, dtype=torch.float64) * start
         index = columns.cpu()
         coef[index[:, None], index[None, :]] = theta[:, :-1].cpu() * factor
+    if empty_scale is not None and empty is not None and bool(empty.any()):
+        # The loss never sees a column masked in every row: its parameters
+        # minimise their penalty alone (scale at the centre, the rest 0).
+        index = torch.nonzero(empty).squeeze(1).cpu()
+        if kind == "vector":
+            coef[index] = empty_scale
+        else:
+            coef[index, index] = empty_scale
     intercept = torch.zeros(n_classes_in, dtype=torch.float64)
     intercept[columns.cpu()] = theta[:, -1].cpu()
     return AffineFit(
@@ -813,6 +836,7 @@ def fit_affine_chunks(
     hold_bias_mean=False,
     max_iter=1000,
     tol=1e-7,
+    start_iterations=0,
 ):
     """The vector map from sums over chunks: ``fit_affine``'s solver, unchanged.
 
@@ -832,6 +856,9 @@ def fit_affine_chunks(
         Classes kept at the start (no finite optimum; see ``fit_affine``),
         with ``hold_bias_mean`` as in ``AffineObjective.freeze``.
     max_iter, tol : as ``fit_affine``.
+    start_iterations : int
+        Iterations of the solve that gave ``beta``: the fit's ``n_iter`` when
+        every class is frozen (as in memory, where it is the ray search's).
 
     Returns
     -------
@@ -851,7 +878,8 @@ def fit_affine_chunks(
     objective.with_hessian = newton
     loss, grad, curv = objective.evaluate(theta, curvature=not newton)
     grad_norm = _finite_start(loss, grad)
-    solver_name, status, n_iter, decrement = "none", "converged", 0, 0.0
+    solver_name, status, decrement = "none", "converged", 0.0
+    n_iter = start_iterations
     if solve:
         solver_name, theta, loss, grad, status, n_iter, decrement = _run_solver(
             objective, theta, loss, grad, curv, newton, max_iter, tol

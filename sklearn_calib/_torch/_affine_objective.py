@@ -163,9 +163,10 @@ class AffineConstraints:
     frozen = None
     free = None
     hold_bias_mean = False
+    held = None
     free_rows = False
 
-    def freeze(self, frozen, *, hold_bias_mean=False):
+    def freeze(self, frozen, *, hold_bias_mean=False, held_columns=None):
         """Keep the classes marked in ``frozen`` (bool, (K,)) where they are.
 
         ``hold_bias_mean``: also keep the mean bias of the free classes (0, the
@@ -175,8 +176,20 @@ class AffineConstraints:
         temperature-scaling odds against the mean free class, and the fit is
         the one of those classes' biases tied to the free mean. (A frozen
         class with samples bounds that shift by itself: its own rows lose.)
+
+        ``held_columns`` (matrix map; bool, (P,)): also hold, in each marked
+        column of theta, the sum of the free rows' entries off the diagonal
+        (0, the start), and the mean bias when the bias column is marked
+        (then ``hold_bias_mean`` is read from it). Adding ``c`` to column
+        ``j`` of every free row adds ``c x_ij`` to every free class's logit
+        alike: where no penalty bounds that shift, it is a ray against the
+        frozen classes wherever ``x_ij`` keeps a sign (always for
+        log-probabilities). Holding the off-diagonal sum fixes that shift
+        (with two free classes or more) and keeps every diagonal map of the
+        free rows, the vector map's, feasible.
         """
         self.hold_bias_mean = False
+        self.held = None
         if frozen is None or not bool(frozen.any()):
             self.frozen = self.free = None
             return
@@ -185,6 +198,17 @@ class AffineConstraints:
         # A common shift of the free rows of W moves them against the frozen
         # ones: no longer invisible.
         self.free_rows = False
+        if held_columns is not None:
+            hold_bias_mean = bool(held_columns[-1])
+            # held[i, j] = 1 on the entries whose sum column j holds: the
+            # free rows, off the diagonal.
+            k = self.n_classes
+            held = torch.zeros((k, k), dtype=torch.float64, device=self.device)
+            held[:, held_columns[:-1]] = 1.0
+            held[frozen] = 0.0
+            held.fill_diagonal_(0.0)
+            if bool(held.any()):
+                self.held = held
         self.hold_bias_mean = hold_bias_mean
 
     def project(self, direction):
@@ -194,7 +218,7 @@ class AffineConstraints:
         step would otherwise amplify. Frozen classes do not move. With a
         frozen class (whose bias stays put) a shift of the other biases is
         no longer invisible, so then the biases are left alone, unless their
-        mean is held (see ``freeze``).
+        mean is held (see ``freeze``; so are the held columns' sums).
         """
         direction = direction.clone()
         if self.frozen is not None:
@@ -202,6 +226,11 @@ class AffineConstraints:
             if self.hold_bias_mean:
                 free_bias = direction[self.free, -1]
                 direction[self.free, -1] = free_bias - free_bias.mean()
+            if self.held is not None:
+                count = self.held.sum(dim=0).clamp(min=1.0)
+                coef = direction[:, :-1]
+                mean = (coef * self.held).sum(dim=0) / count
+                direction[:, :-1] = coef - self.held * mean
         else:
             direction[:, -1] -= direction[:, -1].mean()
         if self.free_rows:
@@ -225,6 +254,12 @@ class AffineConstraints:
             for j in range(p - 1):
                 shift = torch.zeros((n_free, p), dtype=torch.float64)
                 shift[:, j] = 1.0 / math.sqrt(n_free)
+                columns.append(shift.reshape(-1))
+        elif self.held is not None:
+            held = self.held[self.free].cpu()
+            for j in torch.nonzero(held.any(dim=0)).squeeze(1).tolist():
+                shift = torch.zeros((n_free, p), dtype=torch.float64)
+                shift[:, j] = held[:, j] / math.sqrt(float(held[:, j].sum()))
                 columns.append(shift.reshape(-1))
         if not columns:
             return None
@@ -277,6 +312,7 @@ class AffineObjective(AffineConstraints):
         self.frozen = None
         self.free = None
         self.hold_bias_mean = False
+        self.held = None
         self.track_curvature = False
         self.last_curvature = None
 

@@ -172,6 +172,22 @@ def test_vector_scaling_separable_class_is_frozen_as_in_memory():
     )
 
 
+def test_vector_scaling_from_chunks_counts_the_start_when_every_class_is_frozen():
+    # Every class separated: no solve, and n_iter_ is documented as the
+    # temperature start's iterations (as in memory); over chunks it was 0.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, size=200)
+    X = 5.0 * np.eye(4)[y] + rng.normal(scale=0.3, size=(200, 4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        start = TemperatureScaling(device="cpu").fit_chunks(random_chunks(X, y))
+        fitted = VectorScaling(device="cpu").fit_chunks(random_chunks(X, y))
+        in_memory = VectorScaling(device="cpu").fit(X, y)
+    np.testing.assert_array_equal(fitted.coef_, np.full(4, 1 / start.temperature_))
+    assert fitted.n_iter_ == start.n_iter_ > 0
+    assert in_memory.n_iter_ > 0
+
+
 def test_vector_scaling_many_classes_uses_lbfgs():
     data = load_shared("c100_resnet20_chenyaofo")
     X, y = data["logits_val"][:2000], data["y_val"][:2000]

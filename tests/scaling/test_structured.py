@@ -220,6 +220,29 @@ def test_vector_map_ignores_a_column_masked_with_minus_inf_when_rho_is_zero():
 
 
 @pytest.mark.parametrize("kind", sorted(ESTIMATORS))
+def test_a_column_masked_everywhere_sits_at_its_penalty_optimum(kind):
+    # The loss never sees the column: its scale minimises its penalty alone
+    # (1), and objective_ is the stated objective at coef_ (the column kept
+    # the solver's start, 1.006 here, and objective_ left its penalty out).
+    X, y = make_logits(n_samples=300, n_classes=4, seed=14)
+    masked = np.insert(X, 2, -np.inf, axis=1)
+    y_masked = np.where(y >= 2, y + 1, y)
+    est = ESTIMATORS[kind](device="cpu", tol=1e-10, classes=np.arange(5))
+    est.fit(masked, y_masked)
+    diagonal = est.coef_ if kind == "vector" else np.diag(est.coef_)
+    assert diagonal[2] == 1.0
+    # The stated objective: mean NLL of the predictions plus the penalties.
+    proba = est.predict_proba(masked)
+    nll = -np.mean(np.log(proba[np.arange(len(y)), y_masked]))
+    reg_b, reg_d, reg_o = _strengths(est)
+    value = nll + reg_b * est.intercept_ @ est.intercept_
+    value += reg_d * np.sum((diagonal - 1.0) ** 2)
+    if kind == "matrix":
+        value += reg_o * (np.sum(est.coef_**2) - np.sum(diagonal**2))
+    assert est.objective_ == pytest.approx(value, rel=1e-12)
+
+
+@pytest.mark.parametrize("kind", sorted(ESTIMATORS))
 def test_to_torch_matches_predict_proba_with_masks(kind):
     torch = pytest.importorskip("torch")
     X, y = make_logits(n_samples=300, n_classes=5, seed=7)
