@@ -38,7 +38,11 @@ undoing rebuilds: c100_densenetbc100_netcal's matrix and Dirichlet
 calibration, whose solver path changed, moved by at most 1.2e-7. And
 c10_densenet40_guo/SMART/chunks (5.2e-3) when SMART's cached chunked path
 began to visit a list's chunks in the list's order, as documented and as
-its streamed path does, instead of shuffling them each epoch.
+its streamed path does, instead of shuffling them each epoch. And six
+c10_densenet40_guo keys (the matrix and structured maps, Dirichlet, the
+selector and MarginTemperatureScaling; at most 2.7e-6) when the affine
+Newton step began to be solved on the complement of the held directions:
+the same iteration counts, objectives equal or lower by 1e-12.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or
