@@ -358,5 +358,5 @@ def warn_if_short(fit, name, max_iter, tol):
         f"{max_iter}) with the largest gradient entry {fit.gradient:.3e} > "
         f"tol={tol:g}: {fit.message}. Increase max_iter.",
         ConvergenceWarning,
-        stacklevel=4,
+        stacklevel=5,  # warn_if_short, _fit, fit, scikit-learn's wrapper
     )

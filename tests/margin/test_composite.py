@@ -555,8 +555,11 @@ def test_stops_at_the_optimum_not_where_float64_values_stop_improving():
 
 def test_convergence_warning_when_stopped_short():
     X, y = _skewed_logits(n_samples=600, seed=11)
-    with pytest.warns(ConvergenceWarning, match="max_iter=1"):
+    with pytest.warns(ConvergenceWarning, match="max_iter=1") as caught:
         _mts(max_iter=1, tol=1e-12).fit(X, y)
+    # Attributed to the caller's fit, not to scikit-learn's fit wrapper.
+    short = [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+    assert [w.filename for w in short] == [__file__]
 
 
 @pytest.mark.parametrize("base", ["ts", "ms"])
