@@ -104,6 +104,10 @@ class AffineCalibrator(BaseCalibrator):
         """Whether the objective has a penalty (then a finite optimum exists)."""
         return bool(getattr(self, "reg_lambda", 0) or getattr(self, "reg_mu", 0))
 
+    def _bounds_every_entry(self):
+        """Whether a penalty bounds every parameter (ODIR leaves the diagonal)."""
+        return False
+
     def _solve(
         self,
         features,
@@ -242,12 +246,20 @@ class AffineCalibrator(BaseCalibrator):
                 stacklevel=5,
             )
         elif result.status == "stalled" and result.gradient > self.tol:
+            # A penalty on every entry bounds the optimum: there the stall is
+            # float64's rounding of the loss, below which tol cannot be met.
+            cause = (
+                "The fit is regularised, so its optimum is finite: tol is below "
+                "what float64's rounding of the loss resolves; raise tol."
+                if penalised and self._bounds_every_entry()
+                else "The optimum may lie at infinity (for example a class that "
+                "the logits separate perfectly); consider a regularised method."
+            )
             warnings.warn(
                 f"{name} stopped after {result.n_iter} {result.solver} iterations "
                 "without further decrease of the loss in float64: the largest "
-                f"gradient entry is {result.gradient:.3e} > tol={self.tol:g}. The "
-                "optimum may lie at infinity (for example a class that the "
-                "logits separate perfectly); consider a regularised method.",
+                f"gradient entry is {result.gradient:.3e} > tol={self.tol:g}. "
+                + cause,
                 ConvergenceWarning,
                 stacklevel=5,
             )

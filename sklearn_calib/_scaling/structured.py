@@ -97,6 +97,12 @@ class _StructuredScaling(AffineCalibrator):
             or getattr(self, "lambda_off_diagonal", 0.0)
         )
 
+    def _bounds_every_entry(self):
+        strengths = [self.lambda_intercept, self.lambda_diagonal]
+        if self._kind == "matrix":
+            strengths.append(self.lambda_off_diagonal)
+        return all(strength > 0 for strength in strengths)
+
     def _inputs(self, logits, mask):
         """The solver's finite inputs: the mixing stand-in (matrix) or 0 (vector)."""
         features = structured_features(

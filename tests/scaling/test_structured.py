@@ -306,3 +306,19 @@ def test_exponents_whose_strengths_overflow_are_refused(cls, params):
     logits, y = make_logits(n_samples=200, n_classes=4, seed=5)
     with pytest.raises(ValueError, match="penalty strengths .* overflow"):
         cls(device="cpu", **params).fit(logits, y)
+
+
+@pytest.mark.parametrize("cls", [StructuredVectorScaling, StructuredMatrixScaling])
+def test_tol_zero_stalls_on_rounding_not_at_infinity(cls):
+    # Every entry has a ridge, so the optimum is finite: a tolerance of 0,
+    # below float64's rounding of the loss, ends in a stall whose warning
+    # says so, not that the optimum may lie at infinity.
+    from sklearn.exceptions import ConvergenceWarning
+
+    X, y = make_logits(600, 4, seed=3)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cls(device="cpu", tol=0).fit(X, y)
+    messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
+    assert messages and all("raise tol" in m for m in messages)
+    assert not any("infinity" in m for m in messages)
