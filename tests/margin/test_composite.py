@@ -422,6 +422,14 @@ def test_cv_that_does_not_partition_falls_back_with_warning():
     )
 
 
+# tol=1e-10 is below what L-BFGS-B's line search resolves on some builds
+# (scipy 1.10, CI's floors: ABNORMAL_TERMINATION_IN_LNSRCH at a gradient of
+# 2e-8, with the ConvergenceWarning); the comparison is at rtol 1e-5, which a
+# stop there meets, and the warning itself is tested above.
+@pytest.mark.filterwarnings(
+    "ignore:MarginTemperatureScaling stopped after:"
+    "sklearn.exceptions.ConvergenceWarning"
+)
 def test_cv_sample_weights_equal_repeated_rows():
     # the weighted rows and their repeats form one group, as in
     # scikit-learn's check for estimators with an inner cv
