@@ -332,8 +332,8 @@ def previous_selector_paths():
     def own_temperatures(estimators, logits, y, sample_weight, splits, n_jobs):
         return [[({}, None)] * len(splits) for _ in estimators]
 
-    def without_blocks(fitted, blocks):
-        warm = warm_start_of(fitted, None)
+    def without_blocks(fitted, blocks, *data):
+        warm = warm_start_of(fitted, None, *data)
         return None if warm is None else warm[:2]
 
     selector_module._shared_temperatures = own_temperatures
