@@ -444,8 +444,14 @@ class MarginTemperatureScaling(BaseCalibrator):
         shifted = log_proba - log_proba.max(axis=1, keepdims=True)
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = shifted * beta[:, None]
-            # A masked class (-inf) stays masked at beta = 0 (T = infinity).
-            scaled[np.isneginf(shifted)] = -np.inf
+        rows = np.flatnonzero(beta == 0)
+        if rows.size:
+            # A masked class (-inf) stays masked at beta = 0 (T = infinity),
+            # where the product is NaN; only those rows are looked at.
+            block = scaled[rows]
+            block[np.isneginf(shifted[rows])] = -np.inf
+            scaled[rows] = block
+        with np.errstate(over="ignore"):  # beyond float32: -inf, its limit
             return scaled.astype(logits.dtype, copy=False)
 
     def predict_temperature(self, X):
