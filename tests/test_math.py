@@ -5,7 +5,13 @@ import pytest
 from scipy.special import log_softmax as scipy_log_softmax
 from scipy.special import softmax as scipy_softmax
 
-from sklearn_calib.utils._math import log_softmax, row_blocks, scale_logits, softmax
+from sklearn_calib.utils._math import (
+    log_softmax,
+    row_blocks,
+    scale_logits,
+    softmax,
+    top_label_correctness,
+)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -76,3 +82,27 @@ def test_scale_logits_is_exact_far_from_zero(factor):
     z = np.random.default_rng(0).normal(size=(200, 5)) * 3 + 1e15
     exact = scipy_softmax((z - z.max(axis=1, keepdims=True)) * factor, axis=1)
     np.testing.assert_allclose(softmax(scale_logits(z, factor)), exact, rtol=1e-12)
+
+
+def test_top_label_correctness_shares_tied_top_classes():
+    scores = np.array(
+        [
+            [2.0, 1.0, 0.0],  # one top class, the label
+            [2.0, 2.0, 0.0],  # two tied, the label among them
+            [2.0, 2.0, 0.0],  # two tied, the label not among them
+            [1.0, 1.0, 1.0],  # three tied
+            [-np.inf, 0.5, 0.5],  # masked entry, two tied
+            [0.0, 3.0, 1.0],  # one top class, not the label
+        ]
+    )
+    codes = np.array([0, 1, 2, 2, 2, 0])
+    np.testing.assert_array_equal(
+        top_label_correctness(scores, codes), [1.0, 0.5, 0.0, 1 / 3, 0.5, 0.0]
+    )
+    # independent of the column order
+    order = np.array([2, 0, 1])
+    position = np.argsort(order)
+    np.testing.assert_array_equal(
+        top_label_correctness(scores[:, order], position[codes]),
+        top_label_correctness(scores, codes),
+    )

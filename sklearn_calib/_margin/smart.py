@@ -15,7 +15,7 @@ from ..utils._fitted_state import (
     check_state_int,
     check_state_list,
 )
-from ..utils._math import scale_logits
+from ..utils._math import scale_logits, top_label_correctness
 from ..utils._validation import check_device, check_true_class_unmasked
 from .features import (
     MARGIN_STD_FLOOR,
@@ -312,7 +312,7 @@ class SMART(BaseCalibrator):
             margin_statistics(margins[finite], share) if finite.any() else (0.0, 1.0)
         )
 
-        correct = (top == y).astype(np.float64)
+        correct = top_label_correctness(logits, y)
         with np.errstate(over="ignore", invalid="ignore"):
             true_gap = true_logit.astype(np.float64) - logits[rows, top]
         true_gap = np.maximum(true_gap, np.finfo(np.float64).min)  # -inf: masked
@@ -660,7 +660,7 @@ def _smart_arrays(logits, codes, weights, loss):
     margins, true_logit = check_smart_rows(logits, codes, loss, of=" of a chunk")
     rows = np.arange(logits.shape[0])
     top = logits.argmax(axis=1)
-    correct = (top == codes).astype(np.float64)
+    correct = top_label_correctness(logits, codes)
     with np.errstate(over="ignore", invalid="ignore"):
         true_gap = true_logit.astype(np.float64) - logits[rows, top]
     true_gap = np.maximum(true_gap, np.finfo(np.float64).min)  # -inf: masked

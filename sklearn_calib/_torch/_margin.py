@@ -101,7 +101,10 @@ class _Objective:
             self.shifted = torch.where(self.finite, shifted, 0.0)
         rows = torch.arange(shifted.shape[0], device=device)
         self.true_shifted = self.shifted[rows, y]
-        self.correct = (shifted.argmax(dim=1) == y).to(torch.float64)
+        # 1 / t where the label is one of t tied top classes (see
+        # utils._math.top_label_correctness): not the first tied column.
+        at_top = shifted == shifted.amax(dim=1, keepdim=True)
+        self.correct = at_top[rows, y].to(torch.float64) / at_top.sum(dim=1)
         self.weights = weights / weights.sum()
         self.left = left
         self.right_weight = right_weight

@@ -216,7 +216,8 @@ class SmartProblem:
     Parameters
     ----------
     logits : Tensor (N, K), float32 or float64, on the training device
-    correct : Tensor (N,), 1 where argmax z_i = y_i
+    correct : Tensor (N,), 1 where argmax z_i = y_i (1/t where y_i is one of t
+        tied top classes, see utils._math.top_label_correctness)
     weights : Tensor (N,), non-negative sample weights (normalised here)
     margins : Tensor (N,) or None, standardised margins (the network's input;
         None where no network reads them, as in the margin temperature's fit)

@@ -82,6 +82,21 @@ def scale_logits(logits, factor):
     return out
 
 
+def top_label_correctness(scores, codes):
+    """Each row's share of a correct top label: 1, 1/t or 0.
+
+    1 where the label's score is the row's only largest, ``1 / t`` where it
+    is one of ``t`` tied largest scores, 0 otherwise: the expected
+    correctness of a prediction that breaks the tie at random. Counting the
+    first tied column (``argmax``) instead would make a fit depend on the
+    order of the columns, while the probabilities it calibrates give every
+    tied class the same value.
+    """
+    at_top = scores == scores.max(axis=1, keepdims=True)
+    n_top = np.count_nonzero(at_top, axis=1)
+    return at_top[np.arange(scores.shape[0]), codes] / n_top
+
+
 def summation_slack(n_terms):
     """``1 - n_terms * eps``: a factor that lowers a target on a running sum.
 

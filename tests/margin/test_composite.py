@@ -631,3 +631,25 @@ def test_lower_ece_than_the_base_on_a_real_set():
     assert ece["mts"] < 0.8 * ece["base"]
     assert nll["mts"] <= nll["base"]
     np.testing.assert_array_equal(mts.predict(X_test), base.predict(X_test))
+
+
+def test_tied_top_logits_do_not_depend_on_the_column_order():
+    # The calibration-error term counted a tied row as correct only where its
+    # label was the first tied column: over temperature scaling (which keeps
+    # ties) permuting the classes moved the probabilities by 4.5e-3 on these
+    # logits. A tied row's correctness is now 1/t where the label is one of t
+    # tied top classes.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, 3000)
+    logits = np.round(1.5 * np.eye(4)[y] + rng.normal(size=(3000, 4)))
+    order = np.array([3, 1, 0, 2])
+    position = np.argsort(order)
+    params = dict(base=TemperatureScaling(), device="cpu")
+    reference = MarginTemperatureScaling(**params).fit(logits, y)
+    permuted = MarginTemperatureScaling(**params).fit(logits[:, order], position[y])
+    np.testing.assert_allclose(
+        permuted.predict_proba(logits[:, order]),
+        reference.predict_proba(logits)[:, order],
+        rtol=0,
+        atol=1e-9,
+    )
