@@ -366,6 +366,27 @@ def test_scorer_metrics_by_hand():
     assert acceptance_rate(y, pred, abstain_label=2) == pytest.approx(4 / 5)
 
 
+def test_scorer_metrics_do_not_cast_the_abstain_label():
+    # 'abstain' cast to the '<U1' predictions was 'a', 0.5 cast to int was 0:
+    # a class counted as the abstention
+    y = np.array(["a", "b", "a"])
+    pred = np.array(["a", "a", "b"])
+    assert acceptance_rate(y, pred, abstain_label="abstain") == 1.0
+    assert accepted_error_rate(y, pred, abstain_label="abstain") == pytest.approx(
+        2 / 3
+    )
+    assert acceptance_rate([0, 1, 1], [0, 1, 1], abstain_label=0.5) == 1.0
+    small = np.array([0, 1, 44], dtype=np.uint8)
+    assert acceptance_rate([0, 1, 44], small, abstain_label=300) == 1.0
+    assert acceptance_rate([0, 1, 2], [0.0, np.nan, 2.0], abstain_label=np.nan) == (
+        pytest.approx(2 / 3)
+    )
+    objects = np.array(["a", np.nan, "b"], dtype=object)
+    assert acceptance_rate(["a", "b", "b"], objects, abstain_label=np.nan) == (
+        pytest.approx(2 / 3)
+    )
+
+
 @pytest.mark.parametrize(
     "weights, message",
     [
