@@ -142,6 +142,31 @@ def test_hoeffding_bentkus_upper_bound_inverts_its_pvalue():
         assert upper >= risk_upper_bound(k, n, 0.9)
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: risk_upper_bound(1, 10, 0.9, bound="Binomial"), "bound must be"),
+        (lambda: risk_upper_bound(1, 10, 0.9, bound="bentkus"), "bound must be"),
+        (lambda: risk_upper_bound(5, 3, 0.9), r"\[0, n\]"),
+        (lambda: risk_upper_bound(-1, 3, 0.9), r"\[0, n\]"),
+        (lambda: risk_upper_bound(1, 3, 1.0), "confidence_level"),
+        (lambda: binomial_tail_pvalue(4, 3, 0.1), r"\[0, n\]"),
+        (lambda: binomial_tail_pvalue(np.nan, 3, 0.1), "finite"),
+        (lambda: binomial_tail_pvalue(1, 3, 1.5), "alpha"),
+        (lambda: hoeffding_bentkus_pvalue(1, 3, 0.0), "alpha"),
+        (lambda: hoeffding_bentkus_pvalue([1, 4], 3, 0.1), r"\[0, n\]"),
+    ],
+)
+def test_bounds_refuse_arguments_out_of_range(call, message):
+    # a misspelt bound silently gave the Hoeffding-Bentkus bound, k > n a
+    # bound of 1 and k < 0 or alpha > 1 NaN
+    with pytest.raises(ValueError, match=message):
+        call()
+    # the edges stay valid: nothing observed, every sample a loss
+    assert risk_upper_bound(0, 0, 0.9) == 1.0
+    assert risk_upper_bound(3, 3, 0.9) == 1.0
+
+
 def test_error_control_against_statsmodels_and_by_hand():
     multitest = pytest.importorskip("statsmodels.stats.multitest")
     rng = np.random.default_rng(0)
