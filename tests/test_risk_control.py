@@ -167,6 +167,22 @@ def test_bounds_refuse_arguments_out_of_range(call, message):
     assert risk_upper_bound(3, 3, 0.9) == 1.0
 
 
+def test_hoeffding_bentkus_upper_bound_of_all_losses_is_one_without_warning():
+    # k = n bisected the bracket [1, 1]: h(1, 1) = 0 / 0 warned (invalid
+    # value) in risk_upper_bound and in SelectiveClassifier's fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        upper = risk_upper_bound([3, 1, 0, 2], [3, 1, 0, 5], 0.9, "hoeffding_bentkus")
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(40, 3))
+        y = (X.argmax(axis=1) + 1) % 3  # every prediction wrong
+        clf = SelectiveClassifier(control="coverage", bound="hoeffding_bentkus")
+        clf.fit(X, y)
+    np.testing.assert_array_equal(upper[:3], 1.0)
+    assert upper[3] == risk_upper_bound(2, 5, 0.9, "hoeffding_bentkus")
+    assert clf.empirical_risk_ == 1.0 and clf.risk_upper_bound_ == 1.0
+
+
 def test_error_control_against_statsmodels_and_by_hand():
     multitest = pytest.importorskip("statsmodels.stats.multitest")
     rng = np.random.default_rng(0)

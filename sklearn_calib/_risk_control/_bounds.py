@@ -160,7 +160,12 @@ def risk_upper_bound(k, n, confidence_level, bound="binomial"):
     if bound == "binomial":
         upper = stats.beta.ppf(1.0 - delta, k + 1.0, np.maximum(n - k, 1.0))
         return np.where((n > 0) & (k < n), upper, 1.0)
-    low = np.where(n > 0, k / np.maximum(n, 1.0), 1.0)
+    # Nothing observed, or every sample a loss: the bound is 1. Those entries
+    # are bisected as 0 losses of 1 sample, whose bracket stays below 1 (at
+    # k = n it was [1, 1], and h(1, 1) is 0 / 0).
+    full = (n <= 0) | (k >= n)
+    k, n = np.where(full, 0.0, k), np.where(full, 1.0, n)
+    low = k / n
     high = np.ones_like(low)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (low + high)
@@ -168,7 +173,7 @@ def risk_upper_bound(k, n, confidence_level, bound="binomial"):
         certified = _hoeffding_bentkus(k, n, mid) <= delta
         high = np.where(certified, mid, high)
         low = np.where(certified, low, mid)
-    return np.where(n > 0, high, 1.0)
+    return np.where(full, 1.0, high)
 
 
 # --- family-wise error control ----------------------------------------------------
