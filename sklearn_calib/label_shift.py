@@ -505,7 +505,7 @@ class LabelShiftAdapter(BaseCalibrator):
                 else:
                     block, weights = chunk, None
                 block = np.asarray(block)
-                if block.shape[0] == 0:
+                if block.ndim and block.shape[0] == 0:
                     continue
                 proba = proba_of(block)
                 weights = (

@@ -268,6 +268,16 @@ def test_one_shot_generator_is_refused():
         adapter.adapt(x for x in [X_t])
 
 
+def test_iterable_of_scalars_is_refused_by_name():
+    # a re-iterable whose items are numbers (a set, a dict's keys) failed in
+    # the empty-chunk check with IndexError: tuple index out of range
+    X_s, y_s, _, _ = _source_target(8, n=300)
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu")).fit(X_s, y_s)
+    for target in ({1.0}, {1.0: 2.0}):
+        with pytest.raises(ValueError, match="2D array"):
+            adapter.adapt(target)
+
+
 def test_sample_weight_scale_and_repeats():
     X_s, y_s, X_t, _ = _source_target(9, n=800)
     rng = np.random.default_rng(9)
