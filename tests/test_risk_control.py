@@ -413,9 +413,7 @@ def test_scorer_metrics_do_not_cast_the_abstain_label():
     y = np.array(["a", "b", "a"])
     pred = np.array(["a", "a", "b"])
     assert acceptance_rate(y, pred, abstain_label="abstain") == 1.0
-    assert accepted_error_rate(y, pred, abstain_label="abstain") == pytest.approx(
-        2 / 3
-    )
+    assert accepted_error_rate(y, pred, abstain_label="abstain") == pytest.approx(2 / 3)
     assert acceptance_rate([0, 1, 1], [0, 1, 1], abstain_label=0.5) == 1.0
     small = np.array([0, 1, 44], dtype=np.uint8)
     assert acceptance_rate([0, 1, 44], small, abstain_label=300) == 1.0

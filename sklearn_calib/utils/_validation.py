@@ -708,8 +708,7 @@ def check_loss_counts(k, n, alpha=None):
         raise ValueError("k and n must be finite.")
     if np.any(k < 0) or np.any(k > n):
         raise ValueError(
-            "k (the losses) must lie in [0, n] (the samples they were observed "
-            "on)."
+            "k (the losses) must lie in [0, n] (the samples they were observed on)."
         )
     if alpha is not None and not np.all((arrays[2] > 0) & (arrays[2] < 1)):
         raise ValueError("alpha (the target risk) must lie in (0, 1).")
