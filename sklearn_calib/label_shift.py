@@ -623,6 +623,12 @@ class LabelShiftAdapter(BaseCalibrator):
             for b in range(self.n_bootstrap):
                 rows = rng.randint(0, n, size=n)
                 sample_p, sample_w = proba[rows], weights[rows]
+                if not sample_w.sum() > 0:
+                    # only zero-weight rows drawn: no target to estimate from
+                    # (EM ran max_iter NaN iterations, RLLS returned the
+                    # source priors, BBSE NaN; all with a RuntimeWarning)
+                    draws[b] = np.nan
+                    continue
 
                 def blocks(p=sample_p, w=sample_w):
                     yield p, w
@@ -632,6 +638,8 @@ class LabelShiftAdapter(BaseCalibrator):
                 except ValueError:
                     draws[b] = np.nan
         alpha = 1.0 - self.confidence_level
+        if np.isnan(draws).all():
+            return np.full((2, proba.shape[1]), np.nan)
         return np.nanquantile(draws, [alpha / 2, 1 - alpha / 2], axis=0)
 
 

@@ -377,6 +377,28 @@ def test_bootstrap_interval_covers_the_truth_over_repeats():
     assert np.mean(covered) >= 0.7
 
 
+@pytest.mark.parametrize("method", ["em", "rlls"])
+def test_bootstrap_skips_replicates_of_zero_weight(method):
+    # One target row weighs 1, nine weigh 0: a replicate that misses that row
+    # has no target. EM ran max_iter NaN iterations and RLLS returned the
+    # source priors as a draw (widening the interval), with a RuntimeWarning.
+    # Every other replicate holds that row alone, so gives the point estimate.
+    X_s, y_s, X_t, _ = _source_target(16, n=600)
+    weights = np.zeros(10)
+    weights[0] = 1.0
+    adapter = LabelShiftAdapter(
+        TemperatureScaling(device="cpu"),
+        method=method,
+        n_bootstrap=40,
+        random_state=0,
+    ).fit(X_s, y_s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adapter.adapt(X_t[:10], sample_weight=weights)
+    expected = np.broadcast_to(adapter.priors_, (2, 3))
+    np.testing.assert_allclose(adapter.priors_interval_, expected, atol=1e-6)
+
+
 def test_estimated_target_ece_tracks_the_labelled_one():
     rng = np.random.default_rng(15)
     truth = np.array([0.8, 0.15, 0.05])
