@@ -49,7 +49,11 @@ from .metrics import expected_calibration_error, log_loss
 from .utils._compat import Interval, StrOptions, check_is_fitted
 from .utils._fitted_state import check_state_array
 from .utils._math import row_blocks
-from .utils._validation import check_true_labels, encode_with_classes
+from .utils._validation import (
+    check_true_labels,
+    check_weight_values,
+    encode_with_classes,
+)
 
 __all__ = [
     "LabelShiftAdapter",
@@ -511,11 +515,20 @@ class LabelShiftAdapter(BaseCalibrator):
                 weights = (
                     np.ones(len(proba))
                     if weights is None
-                    else _target_weights(weights, len(proba))
+                    # one chunk may weigh every row 0; the total may not
+                    else check_weight_values(weights, len(proba))
                 )
                 yield proba, weights
 
-        n_rows = sum(len(p) for p, _ in blocks())
+        n_rows, mass = 0, 0.0
+        for proba, weights in blocks():
+            n_rows += len(proba)
+            mass += float(weights.sum())
+        if n_rows and not mass > 0:
+            raise ValueError(
+                "sample_weight is zero for every target row of the chunks; "
+                "nothing to adapt to."
+            )
         return blocks, n_rows, False
 
     def _estimate(self, blocks):

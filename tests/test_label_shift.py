@@ -248,6 +248,22 @@ def test_list_of_weighted_chunks_matches_in_memory():
     )
 
 
+def test_weighted_chunk_of_zero_weights_matches_in_memory():
+    # A chunk may weigh every row 0 (the in-memory target with those weights
+    # adapts); it was refused with "sample_weight is zero for every sample".
+    X_s, y_s, X_t, _ = _source_target(19, n=600)
+    weights = np.r_[np.zeros(300), np.ones(300)]
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"), tol=1e-12)
+    adapter.fit(X_s, y_s)
+    in_memory = adapter.adapt(X_t, sample_weight=weights).priors_.copy()
+    chunks = [(X_t[:300], weights[:300]), (X_t[300:], weights[300:])]
+    chunked = adapter.adapt(chunks).priors_
+    np.testing.assert_allclose(chunked, in_memory, rtol=0, atol=1e-10)
+    # every chunk weighing 0 leaves nothing to adapt to
+    with pytest.raises(ValueError, match="zero for every target row"):
+        adapter.adapt([(X_t[:300], weights[:300])])
+
+
 def test_open_chunks_target(tmp_path):
     from sklearn_calib.chunked import open_chunks
 
