@@ -327,6 +327,31 @@ def test_abstain_label_rules():
         SelectiveClassifier(risk=0.2, abstain_label=1).fit(X, y)
 
 
+def test_predictions_keep_the_class_labels_beside_another_abstain_label():
+    # Integer (or bool) classes with a string abstain_label were predicted as
+    # strings ('0'), never equal to the true labels: the scorer reported an
+    # error rate of 1 for a classifier without error. String classes with
+    # an integer label failed in numpy's type promotion.
+    X, y = make_logits(n_samples=600, n_classes=3, seed=1, overconfidence=1.0)
+    clf = SelectiveClassifier(risk=0.2, abstain_label="pass").fit(X, y)
+    pred = clf.predict(X)
+    accepted = clf.accept(X)
+    assert accepted.any() and not accepted.all()
+    assert set(pred[accepted]) <= {0, 1, 2} and set(pred[~accepted]) == {"pass"}
+    errors = pred[accepted] != y[accepted]
+    assert neg_accepted_error_rate(clf, X, y) == pytest.approx(-errors.mean())
+    assert 0 < errors.mean() < 0.2
+    even = y % 2 == 0
+    X_bool = np.where(even[:, None], [0.0, 3.0], [3.0, 0.0]) + X[:, :2]
+    as_bool = SelectiveClassifier(risk=0.2, abstain_label="pass").fit(X_bool, even)
+    assert set(as_bool.predict(X_bool)) == {True, False, "pass"}
+    names = np.array(["ant", "bee", "cat"])
+    by_name = SelectiveClassifier(risk=0.2, abstain_label=-1).fit(X, names[y])
+    assert set(by_name.predict(X)) == {"ant", "bee", "cat", -1}
+    # numbers with numbers keep numpy's common type
+    assert clf.set_params(abstain_label=-1).fit(X, y).predict(X).dtype.kind == "i"
+
+
 def test_scores_margin_and_callable():
     X, y = make_logits(n_samples=2000, n_classes=4, seed=4, overconfidence=1.0)
     proba = softmax(X, axis=1)
