@@ -352,6 +352,16 @@ def test_predictions_keep_the_class_labels_beside_another_abstain_label():
     assert clf.set_params(abstain_label=-1).fit(X, y).predict(X).dtype.kind == "i"
 
 
+def test_more_thresholds_than_ranks_is_every_rank():
+    # n_thresholds beyond the number of ranks gives every rank; it allocated
+    # n_thresholds floats first (10**12 of them: a MemoryError)
+    X, y = make_logits(n_samples=300, n_classes=3, seed=3, overconfidence=1.0)
+    every = SelectiveClassifier(risk=0.2, n_thresholds=300).fit(X, y)
+    many = SelectiveClassifier(risk=0.2, n_thresholds=10**12).fit(X, y)
+    assert every.certified_ and many.threshold_ == every.threshold_
+    np.testing.assert_array_equal(many.thresholds_, every.thresholds_)
+
+
 def test_scores_margin_and_callable():
     X, y = make_logits(n_samples=2000, n_classes=4, seed=4, overconfidence=1.0)
     proba = softmax(X, axis=1)

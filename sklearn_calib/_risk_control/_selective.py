@@ -82,7 +82,10 @@ def rank_grid(n, risk, confidence_level, n_thresholds):
     start = minimum_accepted(risk, confidence_level)
     if start > n:
         return np.zeros(0, dtype=np.intp)
-    return np.unique(np.linspace(start, n, n_thresholds).round().astype(np.intp))
+    # More points than ranks give every rank (spacing below 1): the same grid,
+    # without allocating n_thresholds floats (10**9 of them asked for 8 GB).
+    size = min(n_thresholds, n - start + 1)
+    return np.unique(np.linspace(start, n, size).round().astype(np.intp))
 
 
 def certify_risk_sorted(
