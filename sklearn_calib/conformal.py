@@ -605,6 +605,11 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             y = np.asarray(to_numpy(y))
             if y.ndim == 2 and y.shape[1] == 1:
                 y = y[:, 0]
+            if y.ndim != 1:
+                # a frozen calibrator's fit does not look at y
+                raise ValueError(
+                    f"y must be 1-D, one label per sample; got shape {y.shape}."
+                )
             check_logit_labels(y)
             if not hasattr(self.calibrator_, "classes_"):
                 raise TypeError(

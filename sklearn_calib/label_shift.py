@@ -49,7 +49,11 @@ from .metrics import expected_calibration_error, log_loss
 from .utils._compat import Interval, StrOptions, check_is_fitted
 from .utils._fitted_state import check_state_array
 from .utils._math import row_blocks
-from .utils._validation import check_true_labels, encode_with_classes
+from .utils._validation import (
+    check_true_labels,
+    check_weight_values,
+    encode_with_classes,
+)
 
 __all__ = [
     "LabelShiftAdapter",
@@ -505,17 +509,26 @@ class LabelShiftAdapter(BaseCalibrator):
                 else:
                     block, weights = chunk, None
                 block = np.asarray(block)
-                if block.shape[0] == 0:
+                if block.ndim and block.shape[0] == 0:
                     continue
                 proba = proba_of(block)
                 weights = (
                     np.ones(len(proba))
                     if weights is None
-                    else _target_weights(weights, len(proba))
+                    # one chunk may weigh every row 0; the total may not
+                    else check_weight_values(weights, len(proba))
                 )
                 yield proba, weights
 
-        n_rows = sum(len(p) for p, _ in blocks())
+        n_rows, mass = 0, 0.0
+        for proba, weights in blocks():
+            n_rows += len(proba)
+            mass += float(weights.sum())
+        if n_rows and not mass > 0:
+            raise ValueError(
+                "sample_weight is zero for every target row of the chunks; "
+                "nothing to adapt to."
+            )
         return blocks, n_rows, False
 
     def _estimate(self, blocks):
@@ -623,6 +636,12 @@ class LabelShiftAdapter(BaseCalibrator):
             for b in range(self.n_bootstrap):
                 rows = rng.randint(0, n, size=n)
                 sample_p, sample_w = proba[rows], weights[rows]
+                if not sample_w.sum() > 0:
+                    # only zero-weight rows drawn: no target to estimate from
+                    # (EM ran max_iter NaN iterations, RLLS returned the
+                    # source priors, BBSE NaN; all with a RuntimeWarning)
+                    draws[b] = np.nan
+                    continue
 
                 def blocks(p=sample_p, w=sample_w):
                     yield p, w
@@ -632,6 +651,8 @@ class LabelShiftAdapter(BaseCalibrator):
                 except ValueError:
                     draws[b] = np.nan
         alpha = 1.0 - self.confidence_level
+        if np.isnan(draws).all():
+            return np.full((2, proba.shape[1]), np.nan)
         return np.nanquantile(draws, [alpha / 2, 1 - alpha / 2], axis=0)
 
 

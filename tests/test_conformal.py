@@ -16,7 +16,11 @@ from sklearn.pipeline import make_pipeline
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from sklearn_calib import TemperatureScaling
-from sklearn_calib.conformal import ConformalClassifier, conformal_report
+from sklearn_calib.conformal import (
+    ConformalClassifier,
+    ConformalRiskClassifier,
+    conformal_report,
+)
 from sklearn_calib.metrics import (
     get_scorer,
     mean_set_size,
@@ -698,6 +702,20 @@ def test_frozen_calibrator_rejects_unknown_labels():
     ts = TemperatureScaling(device="cpu").fit(X, y)
     with pytest.raises(ValueError, match="not among the calibrator's classes"):
         ConformalClassifier(FrozenEstimator(ts)).fit(X, np.where(y == 2, 5, y))
+
+
+def test_frozen_calibrator_refuses_2d_labels_by_name():
+    # a frozen calibrator's fit ignores y: labels of shape (n, 2) reached
+    # numpy's take_along_axis ("`indices` and `arr` must have the same number
+    # of dimensions"), in ConformalClassifier and ConformalRiskClassifier
+    X, y = make_logits(n_samples=200, n_classes=3, seed=8)
+    frozen = FrozenEstimator(TemperatureScaling(device="cpu").fit(X, y))
+    for estimator in (ConformalClassifier(frozen), ConformalRiskClassifier(frozen)):
+        with pytest.raises(ValueError, match="y must be 1-D"):
+            estimator.fit(X, np.c_[y, y])
+    # a column vector is one label per row
+    column = ConformalClassifier(frozen).fit(X, y[:, None])
+    assert column.quantile_ == ConformalClassifier(frozen).fit(X, y).quantile_
 
 
 # --- masked classes (-inf logits) -----------------------------------------------------

@@ -248,6 +248,22 @@ def test_list_of_weighted_chunks_matches_in_memory():
     )
 
 
+def test_weighted_chunk_of_zero_weights_matches_in_memory():
+    # A chunk may weigh every row 0 (the in-memory target with those weights
+    # adapts); it was refused with "sample_weight is zero for every sample".
+    X_s, y_s, X_t, _ = _source_target(19, n=600)
+    weights = np.r_[np.zeros(300), np.ones(300)]
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"), tol=1e-12)
+    adapter.fit(X_s, y_s)
+    in_memory = adapter.adapt(X_t, sample_weight=weights).priors_.copy()
+    chunks = [(X_t[:300], weights[:300]), (X_t[300:], weights[300:])]
+    chunked = adapter.adapt(chunks).priors_
+    np.testing.assert_allclose(chunked, in_memory, rtol=0, atol=1e-10)
+    # every chunk weighing 0 leaves nothing to adapt to
+    with pytest.raises(ValueError, match="zero for every target row"):
+        adapter.adapt([(X_t[:300], weights[:300])])
+
+
 def test_open_chunks_target(tmp_path):
     from sklearn_calib.chunked import open_chunks
 
@@ -266,6 +282,16 @@ def test_one_shot_generator_is_refused():
     adapter = LabelShiftAdapter(TemperatureScaling(device="cpu")).fit(X_s, y_s)
     with pytest.raises(TypeError, match="one-shot"):
         adapter.adapt(x for x in [X_t])
+
+
+def test_iterable_of_scalars_is_refused_by_name():
+    # a re-iterable whose items are numbers (a set, a dict's keys) failed in
+    # the empty-chunk check with IndexError: tuple index out of range
+    X_s, y_s, _, _ = _source_target(8, n=300)
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu")).fit(X_s, y_s)
+    for target in ({1.0}, {1.0: 2.0}):
+        with pytest.raises(ValueError, match="2D array"):
+            adapter.adapt(target)
 
 
 def test_sample_weight_scale_and_repeats():
@@ -365,6 +391,28 @@ def test_bootstrap_interval_covers_the_truth_over_repeats():
         assert np.all(low <= adapter.priors_ + 1e-12)
         assert np.all(adapter.priors_ <= high + 1e-12)
     assert np.mean(covered) >= 0.7
+
+
+@pytest.mark.parametrize("method", ["em", "rlls"])
+def test_bootstrap_skips_replicates_of_zero_weight(method):
+    # One target row weighs 1, nine weigh 0: a replicate that misses that row
+    # has no target. EM ran max_iter NaN iterations and RLLS returned the
+    # source priors as a draw (widening the interval), with a RuntimeWarning.
+    # Every other replicate holds that row alone, so gives the point estimate.
+    X_s, y_s, X_t, _ = _source_target(16, n=600)
+    weights = np.zeros(10)
+    weights[0] = 1.0
+    adapter = LabelShiftAdapter(
+        TemperatureScaling(device="cpu"),
+        method=method,
+        n_bootstrap=40,
+        random_state=0,
+    ).fit(X_s, y_s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adapter.adapt(X_t[:10], sample_weight=weights)
+    expected = np.broadcast_to(adapter.priors_, (2, 3))
+    np.testing.assert_allclose(adapter.priors_interval_, expected, atol=1e-6)
 
 
 def test_estimated_target_ece_tracks_the_labelled_one():

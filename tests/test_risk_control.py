@@ -142,6 +142,47 @@ def test_hoeffding_bentkus_upper_bound_inverts_its_pvalue():
         assert upper >= risk_upper_bound(k, n, 0.9)
 
 
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda: risk_upper_bound(1, 10, 0.9, bound="Binomial"), "bound must be"),
+        (lambda: risk_upper_bound(1, 10, 0.9, bound="bentkus"), "bound must be"),
+        (lambda: risk_upper_bound(5, 3, 0.9), r"\[0, n\]"),
+        (lambda: risk_upper_bound(-1, 3, 0.9), r"\[0, n\]"),
+        (lambda: risk_upper_bound(1, 3, 1.0), "confidence_level"),
+        (lambda: binomial_tail_pvalue(4, 3, 0.1), r"\[0, n\]"),
+        (lambda: binomial_tail_pvalue(np.nan, 3, 0.1), "finite"),
+        (lambda: binomial_tail_pvalue(1, 3, 1.5), "alpha"),
+        (lambda: hoeffding_bentkus_pvalue(1, 3, 0.0), "alpha"),
+        (lambda: hoeffding_bentkus_pvalue([1, 4], 3, 0.1), r"\[0, n\]"),
+    ],
+)
+def test_bounds_refuse_arguments_out_of_range(call, message):
+    # a misspelt bound silently gave the Hoeffding-Bentkus bound, k > n a
+    # bound of 1 and k < 0 or alpha > 1 NaN
+    with pytest.raises(ValueError, match=message):
+        call()
+    # the edges stay valid: nothing observed, every sample a loss
+    assert risk_upper_bound(0, 0, 0.9) == 1.0
+    assert risk_upper_bound(3, 3, 0.9) == 1.0
+
+
+def test_hoeffding_bentkus_upper_bound_of_all_losses_is_one_without_warning():
+    # k = n bisected the bracket [1, 1]: h(1, 1) = 0 / 0 warned (invalid
+    # value) in risk_upper_bound and in SelectiveClassifier's fit
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        upper = risk_upper_bound([3, 1, 0, 2], [3, 1, 0, 5], 0.9, "hoeffding_bentkus")
+        rng = np.random.default_rng(0)
+        X = rng.normal(size=(40, 3))
+        y = (X.argmax(axis=1) + 1) % 3  # every prediction wrong
+        clf = SelectiveClassifier(control="coverage", bound="hoeffding_bentkus")
+        clf.fit(X, y)
+    np.testing.assert_array_equal(upper[:3], 1.0)
+    assert upper[3] == risk_upper_bound(2, 5, 0.9, "hoeffding_bentkus")
+    assert clf.empirical_risk_ == 1.0 and clf.risk_upper_bound_ == 1.0
+
+
 def test_error_control_against_statsmodels_and_by_hand():
     multitest = pytest.importorskip("statsmodels.stats.multitest")
     rng = np.random.default_rng(0)
@@ -286,6 +327,41 @@ def test_abstain_label_rules():
         SelectiveClassifier(risk=0.2, abstain_label=1).fit(X, y)
 
 
+def test_predictions_keep_the_class_labels_beside_another_abstain_label():
+    # Integer (or bool) classes with a string abstain_label were predicted as
+    # strings ('0'), never equal to the true labels: the scorer reported an
+    # error rate of 1 for a classifier without error. String classes with
+    # an integer label failed in numpy's type promotion.
+    X, y = make_logits(n_samples=600, n_classes=3, seed=1, overconfidence=1.0)
+    clf = SelectiveClassifier(risk=0.2, abstain_label="pass").fit(X, y)
+    pred = clf.predict(X)
+    accepted = clf.accept(X)
+    assert accepted.any() and not accepted.all()
+    assert set(pred[accepted]) <= {0, 1, 2} and set(pred[~accepted]) == {"pass"}
+    errors = pred[accepted] != y[accepted]
+    assert neg_accepted_error_rate(clf, X, y) == pytest.approx(-errors.mean())
+    assert 0 < errors.mean() < 0.2
+    even = y % 2 == 0
+    X_bool = np.where(even[:, None], [0.0, 3.0], [3.0, 0.0]) + X[:, :2]
+    as_bool = SelectiveClassifier(risk=0.2, abstain_label="pass").fit(X_bool, even)
+    assert set(as_bool.predict(X_bool)) == {True, False, "pass"}
+    names = np.array(["ant", "bee", "cat"])
+    by_name = SelectiveClassifier(risk=0.2, abstain_label=-1).fit(X, names[y])
+    assert set(by_name.predict(X)) == {"ant", "bee", "cat", -1}
+    # numbers with numbers keep numpy's common type
+    assert clf.set_params(abstain_label=-1).fit(X, y).predict(X).dtype.kind == "i"
+
+
+def test_more_thresholds_than_ranks_is_every_rank():
+    # n_thresholds beyond the number of ranks gives every rank; it allocated
+    # n_thresholds floats first (10**12 of them: a MemoryError)
+    X, y = make_logits(n_samples=300, n_classes=3, seed=3, overconfidence=1.0)
+    every = SelectiveClassifier(risk=0.2, n_thresholds=300).fit(X, y)
+    many = SelectiveClassifier(risk=0.2, n_thresholds=10**12).fit(X, y)
+    assert every.certified_ and many.threshold_ == every.threshold_
+    np.testing.assert_array_equal(many.thresholds_, every.thresholds_)
+
+
 def test_scores_margin_and_callable():
     X, y = make_logits(n_samples=2000, n_classes=4, seed=4, overconfidence=1.0)
     proba = softmax(X, axis=1)
@@ -364,6 +440,25 @@ def test_scorer_metrics_by_hand():
     assert accepted_error_rate(y, pred, sample_weight=w) == pytest.approx(3 / 5)
     assert accepted_error_rate(y, np.full(5, -1)) == 0.0
     assert acceptance_rate(y, pred, abstain_label=2) == pytest.approx(4 / 5)
+
+
+def test_scorer_metrics_do_not_cast_the_abstain_label():
+    # 'abstain' cast to the '<U1' predictions was 'a', 0.5 cast to int was 0:
+    # a class counted as the abstention
+    y = np.array(["a", "b", "a"])
+    pred = np.array(["a", "a", "b"])
+    assert acceptance_rate(y, pred, abstain_label="abstain") == 1.0
+    assert accepted_error_rate(y, pred, abstain_label="abstain") == pytest.approx(2 / 3)
+    assert acceptance_rate([0, 1, 1], [0, 1, 1], abstain_label=0.5) == 1.0
+    small = np.array([0, 1, 44], dtype=np.uint8)
+    assert acceptance_rate([0, 1, 44], small, abstain_label=300) == 1.0
+    assert acceptance_rate([0, 1, 2], [0.0, np.nan, 2.0], abstain_label=np.nan) == (
+        pytest.approx(2 / 3)
+    )
+    objects = np.array(["a", np.nan, "b"], dtype=object)
+    assert acceptance_rate(["a", "b", "b"], objects, abstain_label=np.nan) == (
+        pytest.approx(2 / 3)
+    )
 
 
 @pytest.mark.parametrize(

@@ -22,6 +22,8 @@ import math
 import numpy as np
 from scipy import special, stats
 
+from ..utils._validation import check_loss_counts
+
 BOUNDS = ("binomial", "hoeffding_bentkus")
 ERROR_CONTROLS = ("fixed_sequence", "bonferroni", "bonferroni_holm")
 
@@ -58,11 +60,7 @@ def binomial_tail_pvalue(k, n, alpha):
     >>> round(float(binomial_tail_pvalue(0, 45, 0.05)), 4)  # 0.95 ** 45
     0.0994
     """
-    k, n, alpha = np.broadcast_arrays(
-        np.asarray(k, dtype=np.float64),
-        np.asarray(n, dtype=np.float64),
-        np.asarray(alpha, dtype=np.float64),
-    )
+    k, n, alpha = check_loss_counts(k, n, alpha)
     # bdtr is the binomial CDF of scipy.stats.binom, without its overhead
     p = special.bdtr(
         np.floor(k).astype(np.int64), np.maximum(n, 1.0).astype(np.int64), alpha
@@ -97,11 +95,11 @@ def hoeffding_bentkus_pvalue(k, n, alpha):
     >>> round(float(hoeffding_bentkus_pvalue(0, 45, 0.05)), 4)  # Hoeffding term
     0.0994
     """
-    k, n, alpha = np.broadcast_arrays(
-        np.asarray(k, dtype=np.float64),
-        np.asarray(n, dtype=np.float64),
-        np.asarray(alpha, dtype=np.float64),
-    )
+    return _hoeffding_bentkus(*check_loss_counts(k, n, alpha))
+
+
+def _hoeffding_bentkus(k, n, alpha):
+    """``hoeffding_bentkus_pvalue`` of checked, broadcast float64 arrays."""
     safe_n = np.maximum(n, 1.0)
     r_hat = np.minimum(k / safe_n, alpha)
     hoeffding = np.exp(-safe_n * _kl_bernoulli(r_hat, alpha))
@@ -112,8 +110,14 @@ def hoeffding_bentkus_pvalue(k, n, alpha):
     return np.where(n > 0, p, 1.0)
 
 
+def _check_bound(bound):
+    if not (isinstance(bound, str) and bound in BOUNDS):
+        raise ValueError(f"bound must be one of {BOUNDS}, got {bound!r}.")
+
+
 def risk_pvalue(k, n, alpha, bound):
     """The p-value of ``bound`` (one of ``BOUNDS``)."""
+    _check_bound(bound)
     if bound == "binomial":
         return binomial_tail_pvalue(k, n, alpha)
     return hoeffding_bentkus_pvalue(k, n, alpha)
@@ -146,22 +150,30 @@ def risk_upper_bound(k, n, confidence_level, bound="binomial"):
     >>> round(float(risk_upper_bound(0, 45, 0.9)), 4)  # 1 - 0.1 ** (1 / 45)
     0.0499
     """
+    _check_bound(bound)
+    if not 0 < float(confidence_level) < 1:
+        raise ValueError(
+            f"confidence_level must lie in (0, 1), got {confidence_level!r}."
+        )
     delta = 1.0 - float(confidence_level)
-    k, n = np.broadcast_arrays(
-        np.asarray(k, dtype=np.float64), np.asarray(n, dtype=np.float64)
-    )
+    k, n = check_loss_counts(k, n)
     if bound == "binomial":
         upper = stats.beta.ppf(1.0 - delta, k + 1.0, np.maximum(n - k, 1.0))
         return np.where((n > 0) & (k < n), upper, 1.0)
-    low = np.where(n > 0, k / np.maximum(n, 1.0), 1.0)
+    # Nothing observed, or every sample a loss: the bound is 1. Those entries
+    # are bisected as 0 losses of 1 sample, whose bracket stays below 1 (at
+    # k = n it was [1, 1], and h(1, 1) is 0 / 0).
+    full = (n <= 0) | (k >= n)
+    k, n = np.where(full, 0.0, k), np.where(full, 1.0, n)
+    low = k / n
     high = np.ones_like(low)
     for _ in range(_BISECTION_STEPS):
         mid = 0.5 * (low + high)
         # alpha < 1 for the binomial term; mid < 1 always holds here
-        certified = hoeffding_bentkus_pvalue(k, n, mid) <= delta
+        certified = _hoeffding_bentkus(k, n, mid) <= delta
         high = np.where(certified, mid, high)
         low = np.where(certified, low, mid)
-    return np.where(n > 0, high, 1.0)
+    return np.where(full, 1.0, high)
 
 
 # --- family-wise error control ----------------------------------------------------

@@ -29,8 +29,25 @@ def _accepted(y_true, y_pred, abstain_label, sample_weight):
         y_true,
         normalize=True,
     )
-    accepted = y_pred != np.asarray(abstain_label, dtype=y_pred.dtype)
-    return y_true, y_pred, accepted, weight
+    return y_true, y_pred, ~_is_abstention(y_pred, abstain_label), weight
+
+
+def _is_abstention(y_pred, abstain_label):
+    """Where ``y_pred`` is ``abstain_label``, compared as values.
+
+    The label is not cast to the dtype of ``y_pred``: a cast truncates it
+    (``'abstain'`` to ``'a'`` in a ``'<U1'`` array, ``0.5`` to ``0`` in an
+    integer one) and so turns a class into the abstention. A NaN label
+    matches NaN predictions.
+    """
+    if isinstance(abstain_label, (float, np.floating)) and np.isnan(abstain_label):
+        if y_pred.dtype.kind in "fc":
+            return np.isnan(y_pred)
+        return np.array(
+            [isinstance(v, (float, np.floating)) and v != v for v in y_pred],
+            dtype=bool,
+        )
+    return np.asarray(y_pred == np.asarray(abstain_label, dtype=object), dtype=bool)
 
 
 def accepted_error_rate(y_true, y_pred, *, abstain_label=-1, sample_weight=None):

@@ -82,7 +82,10 @@ def rank_grid(n, risk, confidence_level, n_thresholds):
     start = minimum_accepted(risk, confidence_level)
     if start > n:
         return np.zeros(0, dtype=np.intp)
-    return np.unique(np.linspace(start, n, n_thresholds).round().astype(np.intp))
+    # More points than ranks give every rank (spacing below 1): the same grid,
+    # without allocating n_thresholds floats (10**9 of them asked for 8 GB).
+    size = min(n_thresholds, n - start + 1)
+    return np.unique(np.linspace(start, n, size).round().astype(np.intp))
 
 
 def certify_risk_sorted(
@@ -498,5 +501,23 @@ default="max_proba"
         proba = self._probabilities(X)
         accepted = confidence_scores(proba, self.confidence_score) >= self.threshold_
         labels = self.classes_[proba.argmax(axis=1)]
-        dtype = np.result_type(labels, np.asarray(self.abstain_label_))
-        return np.where(accepted, labels.astype(dtype), self.abstain_label_)
+        return np.where(
+            accepted,
+            labels.astype(_label_dtype(labels, self.abstain_label_)),
+            self.abstain_label_,
+        )
+
+
+def _label_dtype(labels, abstain_label):
+    """A dtype that holds the class labels and the abstention label unchanged.
+
+    Numbers with numbers and strings with strings share numpy's common type;
+    any other mix is held as objects: numpy's common type of integers and a
+    string is a string, which turned class 0 into '0' (never equal to the
+    true label 0), and strings with an integer have none.
+    """
+    abstain = np.asarray(abstain_label)
+    kinds = labels.dtype.kind + abstain.dtype.kind
+    if set(kinds) <= set("iuf") or kinds == "UU":
+        return np.result_type(labels, abstain)
+    return object

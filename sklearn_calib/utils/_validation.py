@@ -690,6 +690,31 @@ def check_weight_values(sample_weight, n_samples, *, name="sample_weight"):
     return weights
 
 
+def check_loss_counts(k, n, alpha=None):
+    """Losses ``k`` among ``n`` samples (and a risk ``alpha``), broadcast, float64.
+
+    The arguments of the risk bounds: ``0 <= k <= n``, all finite, and
+    ``alpha`` in (0, 1). Out of range, the binomial tail and the beta
+    quantile return NaN or a bound of 1 that certifies nothing, silently.
+    """
+    arrays = [k, n] if alpha is None else [k, n, alpha]
+    try:
+        arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    except (TypeError, ValueError):
+        raise TypeError("k, n and alpha must be real numbers.") from None
+    arrays = np.broadcast_arrays(*arrays)
+    k, n = arrays[0], arrays[1]
+    if not (np.all(np.isfinite(k)) and np.all(np.isfinite(n))):
+        raise ValueError("k and n must be finite.")
+    if np.any(k < 0) or np.any(k > n):
+        raise ValueError(
+            "k (the losses) must lie in [0, n] (the samples they were observed on)."
+        )
+    if alpha is not None and not np.all((arrays[2] > 0) & (arrays[2] < 1)):
+        raise ValueError("alpha (the target risk) must lie in (0, 1).")
+    return arrays
+
+
 def weight_scale(sample_weight):
     """The power of two nearest below the largest weight (1.0 without weights).
 
