@@ -48,6 +48,7 @@ def softmax_log_odds(logits):
     loses nothing to cancellation. For the maximal class the others' sum is
     taken relative to the runner-up, so the result stays finite whatever the
     gap (the probability rounds to 1.0 in float64 beyond a gap of ~36.7).
+    Columns tied at the maximum get equal log-odds, in any column order.
     Values are clipped to the finite float64 range.
 
     Parameters
@@ -70,7 +71,14 @@ def softmax_log_odds(logits):
         others[rows, top] = -np.inf
         second = others.max(axis=1, keepdims=True)
         rest = np.exp(others - second).sum(axis=1)
-        out[rows, top] = (peak - second)[:, 0] - np.log(rest)
+        # Only a single maximum: where the top is tied (S >= 2, no
+        # cancellation in S - 1) every tied column keeps the general formula,
+        # so tied columns get the same log-odds whatever their order (the
+        # runner-up formula sums the row in another order, an ulp apart).
+        single = (second < peak)[:, 0]
+        out[rows[single], top[single]] = (peak - second)[single, 0] - np.log(
+            rest[single]
+        )
     # A row with a single finite logit (masked classes) gives +-inf and NaN
     # where the ranking is still clear: the ends of the float64 range.
     out[np.isnan(out)] = np.inf

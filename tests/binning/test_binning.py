@@ -65,6 +65,24 @@ def test_log_odds_match_scipy(scale):
     )
 
 
+def test_isotonic_ovr_tied_columns_in_either_order():
+    # Two exactly tied top columns holding nearly all the mass have log-odds
+    # near 0; the argmax's came from the runner-up formula, the other tied
+    # column's from the general one, an ulp apart: enough to reorder the
+    # rows in each class's isotonic map, so swapping the two columns (and
+    # their labels) changed the probabilities by 0.034.
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=400)
+    X = np.column_stack([a, a, a - rng.uniform(20, 34, size=400)])
+    y = rng.integers(0, 2, size=400)
+    lo = softmax_log_odds(X)
+    np.testing.assert_array_equal(lo[:, 0], lo[:, 1])
+    swap = np.array([1, 0, 2])
+    proba = IsotonicCalibration().fit(X, y).predict_proba(X)
+    swapped = IsotonicCalibration().fit(X[:, swap], swap[y]).predict_proba(X[:, swap])
+    np.testing.assert_allclose(swapped[:, swap], proba, rtol=0, atol=1e-15)
+
+
 def test_isotonic_keeps_the_ranking_of_saturated_scores():
     # Above a score of ~36.7, float64 probabilities are all 1.0: a fit on them
     # pools these samples into one value (0.5 each here).
