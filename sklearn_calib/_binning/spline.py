@@ -355,6 +355,10 @@ class SplineCalibration(BaseCalibrator):
                 "and a positive weight; every row has a single finite logit."
             )
         correct = _top_label_hits(log_p, top, y)[keep]
+        # The table groups equal confidences: log(1 - p) from each row's
+        # sorted logits, so that rows holding the same logits in another column
+        # order (or the classes permuted) group alike, not an ulp apart.
+        log_rest = top_label(np.sort(logits, axis=1))[3]
         u, x, values, knot_values, mass = fit_spline_table(
             log_rest[keep], correct, sample_weight[keep], self.n_knots
         )

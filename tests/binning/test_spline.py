@@ -259,6 +259,24 @@ def test_tied_top_columns_in_any_order():
     np.testing.assert_allclose(exported, spline.transform(X), rtol=1e-12, atol=1e-14)
 
 
+def test_equal_confidences_group_in_any_column_order():
+    # Integer logits (no tie at the top): many rows hold the same logits in
+    # another order, hence the same confidence, which the table pools. Their
+    # log(1 - p) was summed in column order, an ulp apart between such rows
+    # and changed by a permutation of the classes, which split or joined the
+    # groups: probabilities 1.5e-3 apart.
+    X, y = make_logits(n_samples=2000, n_classes=4, seed=12)
+    X = np.round(X)
+    single = (X == X.max(axis=1, keepdims=True)).sum(axis=1) == 1
+    X, y = X[single], y[single]
+    order = np.array([2, 0, 3, 1])
+    proba = SplineCalibration().fit(X, y).predict_proba(X)
+    permuted = SplineCalibration().fit(X[:, order], np.argsort(order)[y])
+    np.testing.assert_allclose(
+        permuted.predict_proba(X[:, order]), proba[:, order], rtol=1e-9, atol=1e-15
+    )
+
+
 def test_confidences_an_ulp_apart_near_one_stay_distinct_points():
     # Two rows whose top-label confidences float64 rounds to the same value
     # (1 - p of 1e-17 and 2e-17) but whose log(1 - p) differ: two table
