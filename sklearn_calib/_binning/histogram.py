@@ -32,6 +32,7 @@ from .one_vs_rest import (
     masked_classes,
     probabilities,
     top_label_targets,
+    top_ties,
 )
 
 
@@ -270,7 +271,9 @@ class HistogramBinning(BaseCalibrator):
         if self.mode == "top_label":
             _, confidence, _ = top_label_targets(proba, np.zeros(proba.shape[0]))
             new = self.bin_values_[0][self._bin_index(0, confidence)]
-            calibrated = apply_top_label(proba, new, masked)
+            calibrated = apply_top_label(
+                proba, new, masked, tied=top_ties(proba, confidence)
+            )
         elif self.strategy == "uniform":
             # Every class shares the edges: one pass bins the whole block.
             index = uniform_bin_index(proba, self.n_bins)
@@ -308,10 +311,38 @@ def _histogram_sums(logits, codes, weights, *, mode, n_bins, bin_edges):
     mask = mask_of(logits) if mode != "top_label" else None
     if mask is None:
         state._update_validated(codes, proba.astype(np.float64), weights)
+        if mode == "top_label" and proba.shape[0]:
+            _count_tied_tops(state, codes, proba, weights)
     else:
         state._update_validated(codes, proba[:0], weights[:0])
         _add_open_classwise_sums(state, codes, proba, weights, mask)
     return state.to_vector()
+
+
+def _count_tied_tops(state, codes, proba, weights):
+    """Tied top classes count as in memory (:func:`top_label_targets`).
+
+    The accumulator counts a row correct when its first maximal column is
+    the label; a row whose maximum ``t > 1`` columns attain counts ``1 / t``
+    in memory when the label is among them. The difference is added to the
+    hits of the rows' bins (the counts and scores are unchanged).
+    """
+    confidence = proba.max(axis=1)
+    tied = top_ties(proba, confidence)
+    if tied is None:
+        return
+    is_top, n_top = tied
+    rows = np.flatnonzero(n_top > 1)
+    predicted = proba[rows].argmax(axis=1)
+    fraction = is_top[rows, codes[rows]] / n_top[rows]
+    delta = weights[rows] * (fraction - (predicted == codes[rows]))
+    # Every one of these rows is correct for the accumulator (labelled with
+    # its prediction), weighted by the change of its hit.
+    correction = BinnedCalibrationAccumulator(
+        n_bins=state.n_bins, multiclass="top-label", bin_edges=state.bin_edges
+    )
+    correction._update_validated(predicted, proba[rows], delta)
+    state.hit += correction.hit
 
 
 def _add_open_classwise_sums(state, codes, proba, weights, mask):

@@ -23,6 +23,7 @@ from .one_vs_rest import (
     probabilities,
     softmax_log_odds,
     top_label_targets,
+    top_ties,
 )
 
 
@@ -239,7 +240,11 @@ class IsotonicCalibration(BaseCalibrator):
                 log_odds, np.zeros(proba.shape[0])
             )
             calibrated = apply_top_label(
-                proba, self._map(0, confidence), masked, predicted
+                proba,
+                self._map(0, confidence),
+                masked,
+                predicted,
+                tied=top_ties(log_odds, confidence),
             )
         else:
             # A constant map (a class absent from the calibration labels) is

@@ -48,6 +48,7 @@ def softmax_log_odds(logits):
     loses nothing to cancellation. For the maximal class the others' sum is
     taken relative to the runner-up, so the result stays finite whatever the
     gap (the probability rounds to 1.0 in float64 beyond a gap of ~36.7).
+    Columns tied at the maximum get equal log-odds, in any column order.
     Values are clipped to the finite float64 range.
 
     Parameters
@@ -70,7 +71,14 @@ def softmax_log_odds(logits):
         others[rows, top] = -np.inf
         second = others.max(axis=1, keepdims=True)
         rest = np.exp(others - second).sum(axis=1)
-        out[rows, top] = (peak - second)[:, 0] - np.log(rest)
+        # Only a single maximum: where the top is tied (S >= 2, no
+        # cancellation in S - 1) every tied column keeps the general formula,
+        # so tied columns get the same log-odds whatever their order (the
+        # runner-up formula sums the row in another order, an ulp apart).
+        single = (second < peak)[:, 0]
+        out[rows[single], top[single]] = (peak - second)[single, 0] - np.log(
+            rest[single]
+        )
     # A row with a single finite logit (masked classes) gives +-inf and NaN
     # where the ranking is still clear: the ends of the float64 range.
     out[np.isnan(out)] = np.inf
@@ -78,10 +86,37 @@ def softmax_log_odds(logits):
 
 
 def top_label_targets(proba, y):
-    """Confidence of the predicted class and whether it is correct."""
+    """Confidence of the predicted class and whether it is correct.
+
+    Where ``t > 1`` columns tie at a row's maximum, the prediction is any of
+    them: the row counts ``1 / t`` correct when the label is among them (the
+    chance that a given tied column is the label), else 0, whatever the
+    columns' order; :func:`apply_top_label` gives each tied column the map's
+    value.
+    """
+    rows = np.arange(proba.shape[0])
     predicted = proba.argmax(axis=1)
-    confidence = proba[np.arange(proba.shape[0]), predicted]
-    return predicted, confidence, (predicted == y).astype(np.float64)
+    confidence = proba[rows, predicted]
+    correct = (predicted == y).astype(np.float64)
+    tied = top_ties(proba, confidence)
+    if tied is not None:
+        is_top, n_top = tied
+        several = n_top > 1
+        hit = is_top[rows[several], np.asarray(y, dtype=np.intp)[several]]
+        correct[several] = hit / n_top[several]
+    return predicted, confidence, correct
+
+
+def top_ties(scores, top):
+    """``(is_top, n_top)`` of rows whose maximum ``top`` several columns attain.
+
+    ``None`` when every row has a single maximal column.
+    """
+    is_top = scores == top[:, None]
+    n_top = is_top.sum(axis=1)
+    if not np.any(n_top > 1):
+        return None
+    return is_top, n_top
 
 
 def binary_problems(proba, y, mode, sample_weight, masked):
@@ -115,34 +150,62 @@ def masked_classes(logits):
     return masked if masked.any() else None
 
 
-def apply_top_label(proba, new_confidence, masked=None, predicted=None):
-    """Set the predicted class to ``new_confidence`` and rescale the others."""
+def apply_top_label(proba, new_confidence, masked=None, predicted=None, tied=None):
+    """Set the predicted class to ``new_confidence`` and rescale the others.
+
+    ``tied`` (from :func:`top_ties`, or None) marks the columns that tie at
+    each row's maximum: on a row with ``t > 1`` of them, each gets the new
+    confidence, at most ``1 / t``, and the other classes share the rest, so
+    the result does not depend on the order of the columns.
+    """
     rows = np.arange(proba.shape[0])
     if predicted is None:
         predicted = proba.argmax(axis=1)
     old = proba[rows, predicted]
     rest = 1.0 - old
+    top = None
+    if tied is not None:
+        is_top, n_top = tied
+        several = n_top > 1
+        top = np.zeros(proba.shape, dtype=bool)
+        top[rows, predicted] = True
+        top[several] = is_top[several]
+        new_confidence = np.where(
+            several, np.minimum(new_confidence, 1.0 / n_top), new_confidence
+        )
+        # the other classes' total, summed (1 - t p cancels near p = 1 / t)
+        rest = np.where(several, np.where(top, 0.0, proba).sum(axis=1), rest)
+        # their share of the row: t times the new confidence
+        taken = new_confidence * n_top
+    else:
+        taken = new_confidence
     out = proba.copy()
     with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(rest > 0, (1.0 - new_confidence) / rest, 0.0)
+        scale = np.where(rest > 0, (1.0 - taken) / rest, 0.0)
     out *= scale[:, None]
     # A row whose other classes were exactly 0 shares the freed mass equally
     # among its other unmasked classes; with none (every other class masked)
-    # the row stays one-hot.
+    # the row stays one-hot (its t tied classes 1 / t each).
     degenerate = rest <= 0
     if np.any(degenerate):
         open_classes = np.ones((int(degenerate.sum()), proba.shape[1]), dtype=bool)
         if masked is not None:
             open_classes &= ~masked[degenerate]
         open_classes[np.arange(open_classes.shape[0]), predicted[degenerate]] = False
+        if top is not None:
+            open_classes &= ~top[degenerate]
         n_open = open_classes.sum(axis=1)
-        share = np.where(n_open > 0, 1.0 - new_confidence[degenerate], 0.0)
+        share = np.where(n_open > 0, 1.0 - taken[degenerate], 0.0)
         out[degenerate] = open_classes * (share / np.maximum(n_open, 1))[:, None]
         new_confidence = new_confidence.copy()
+        alone = 1.0 if top is None else 1.0 / tied[1][degenerate]
         new_confidence[degenerate] = np.where(
-            n_open > 0, new_confidence[degenerate], 1.0
+            n_open > 0, new_confidence[degenerate], alone
         )
-    out[rows, predicted] = new_confidence
+    if top is None:
+        out[rows, predicted] = new_confidence
+    else:
+        out = np.where(top, new_confidence[:, None], out)
     return out
 
 

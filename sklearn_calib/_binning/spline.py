@@ -72,7 +72,53 @@ def apply_top_label(logits, new_confidence_of):
         out = (others - log_rest[:, None]) + np.log1p(-new)[:, None]
     out[rows, top] = np.log(new)
     out[~has_rest] = log_p[~has_rest]
+    tied = has_rest & (second == log_old)
+    if np.any(tied):
+        out[tied] = _share_tied_top(log_p[tied], new_confidence_of(log_rest[tied]))
     return out
+
+
+def _share_tied_top(log_p, new):
+    """:func:`apply_top_label` on rows whose maximum ``t >= 2`` columns attain.
+
+    Each tied column gets the map's value ``new`` (that of its confidence),
+    floored where the largest other class would tie with it after the
+    rescaling, ``p_2 / (R + t p_2)`` (``R`` the other classes' total), and
+    capped at ``CONFIDENCE_CAP / t``; the other classes share ``1 - t new``.
+    With no other unmasked class, the tied classes keep ``1 / t`` each.
+    """
+    is_top = log_p == log_p.max(axis=1, keepdims=True)
+    n_top = is_top.sum(axis=1)
+    rest = np.where(is_top, -np.inf, log_p)
+    second = rest.max(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        shift = np.where(np.isfinite(second), second, 0.0)
+        log_rest = shift + np.log(np.exp(rest - shift[:, None]).sum(axis=1))
+        floor = 1.0 / (np.exp(log_rest - second) + n_top)
+    has_rest = np.isfinite(log_rest)
+    new = np.where(has_rest, np.maximum(new, floor * (1.0 + _TIE_MARGIN)), 1.0)
+    new = np.minimum(new, CONFIDENCE_CAP / n_top)
+    with np.errstate(invalid="ignore"):
+        out = (rest - log_rest[:, None]) + np.log1p(-n_top * new)[:, None]
+    out = np.where(is_top, np.log(new)[:, None], out)
+    out[~has_rest] = log_p[~has_rest]
+    return out
+
+
+def _top_label_hits(log_p, top, y):
+    """1 where the predicted class is the label; ``1 / t`` on tied rows.
+
+    A row whose maximum ``t > 1`` columns attain counts ``1 / t`` when the
+    label is among them (each tied column's chance), else 0, whatever the
+    columns' order, as :func:`apply_top_label` gives each the same value.
+    """
+    rows = np.arange(log_p.shape[0])
+    hits = (top == y).astype(np.float64)
+    is_top = log_p == log_p[rows, top][:, None]
+    n_top = is_top.sum(axis=1)
+    several = n_top > 1
+    hits[several] = is_top[rows, y][several] / n_top[several]
+    return hits
 
 
 def _log_expm1(a):
@@ -301,14 +347,18 @@ class SplineCalibration(BaseCalibrator):
         self.monotonic = monotonic
 
     def _fit(self, logits, y, sample_weight):
-        _, top, log_old, log_rest, _, _ = top_label(logits)
+        log_p, top, log_old, log_rest, _, _ = top_label(logits)
         keep = (sample_weight > 0) & np.isfinite(log_rest)
         if not keep.any():
             raise ValueError(
                 "SplineCalibration needs rows with at least two unmasked classes "
                 "and a positive weight; every row has a single finite logit."
             )
-        correct = (top[keep] == y[keep]).astype(np.float64)
+        correct = _top_label_hits(log_p, top, y)[keep]
+        # The table groups equal confidences: log(1 - p) from each row's
+        # sorted logits, so that rows holding the same logits in another column
+        # order (or the classes permuted) group alike, not an ulp apart.
+        log_rest = top_label(np.sort(logits, axis=1))[3]
         u, x, values, knot_values, mass = fit_spline_table(
             log_rest[keep], correct, sample_weight[keep], self.n_knots
         )

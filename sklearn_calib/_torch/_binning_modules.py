@@ -19,7 +19,9 @@ class TopLabelTableModule(nn.Module):
     The confidence ``p = max softmax(z)`` becomes ``g(p)`` (linear
     interpolation of the table, constant beyond its ends), floored where
     needed so that the predicted class stays on top; the other classes are
-    rescaled by ``(1 - g) / (1 - p)``, in log space. The table's points ``x``
+    rescaled by ``(1 - g) / (1 - p)``, in log space (where ``t`` columns tie
+    at the maximum, each gets ``g``, at most ``cap / t``, and the others
+    share ``1 - t g``). The table's points ``x``
     are increasing values of ``log(1 - p)``, the log of the other classes'
     total, which keeps apart the confidences that float64 rounds together
     near 1.
@@ -63,18 +65,29 @@ class TopLabelTableModule(nn.Module):
         log_p = torch.log_softmax(work, dim=-1)
         top = log_p.argmax(dim=-1, keepdim=True)
         others = log_p.scatter(-1, top, float("-inf"))
-        log_rest = torch.logsumexp(others, dim=-1, keepdim=True)
-        log_second = others.amax(dim=-1, keepdim=True)
-        new = self._interpolate(log_rest.squeeze(-1)).unsqueeze(-1)
-        # The tie point with the runner-up after rescaling, and a cap that
-        # keeps the other classes' probabilities positive.
-        tie = torch.sigmoid(log_second - log_rest)
+        # The map reads log(1 - p) of the top confidence p.
+        new = self._interpolate(torch.logsumexp(others, dim=-1))
+        new = new.unsqueeze(-1)
+        # The t columns tied at the maximum (t = 1 but on exact ties) each
+        # get the map's value; the other classes share the rest.
+        is_top = log_p == log_p.gather(-1, top)
+        n_top = is_top.sum(dim=-1, keepdim=True).to(torch.float64)
+        rest = log_p.masked_fill(is_top, float("-inf"))
+        log_rest = torch.logsumexp(rest, dim=-1, keepdim=True)
+        log_second = rest.amax(dim=-1, keepdim=True)
+        # The tie point with the runner-up after rescaling, p2 / (R + t p2),
+        # and a cap that keeps the other classes' probabilities positive.
+        tie = torch.where(
+            n_top == 1,
+            torch.sigmoid(log_second - log_rest),
+            1.0 / (torch.exp(log_rest - log_second) + n_top),
+        )
         new = torch.maximum(new, tie * (1.0 + 1e-9))
-        new = torch.clamp(new, max=self.cap)
+        new = torch.minimum(new, self.cap / n_top)
         has_rest = torch.isfinite(log_rest)
         log_new = torch.log(new)
-        # (others - rest) first: both can be huge, log1p(-new) is small.
-        rescaled = (others - log_rest) + torch.log1p(-new)
-        out = rescaled.scatter(-1, top, log_new)
+        # (rest - R) first: both can be huge, log1p(-t new) is small.
+        rescaled = (rest - log_rest) + torch.log1p(-n_top * new)
+        out = torch.where(is_top, log_new, rescaled)
         out = torch.where(has_rest, out, log_p)
         return out.to(dtype)

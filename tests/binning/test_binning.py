@@ -6,6 +6,7 @@ import warnings
 import numpy as np
 import pytest
 from scipy.special import logsumexp, softmax
+from sklearn.base import clone
 from sklearn.calibration import calibration_curve
 from sklearn.isotonic import IsotonicRegression
 
@@ -63,6 +64,24 @@ def test_log_odds_match_scipy(scale):
         np.hstack([-s, s]),
         rtol=1e-15,
     )
+
+
+def test_isotonic_ovr_tied_columns_in_either_order():
+    # Two exactly tied top columns holding nearly all the mass have log-odds
+    # near 0; the argmax's came from the runner-up formula, the other tied
+    # column's from the general one, an ulp apart: enough to reorder the
+    # rows in each class's isotonic map, so swapping the two columns (and
+    # their labels) changed the probabilities by 0.034.
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=400)
+    X = np.column_stack([a, a, a - rng.uniform(20, 34, size=400)])
+    y = rng.integers(0, 2, size=400)
+    lo = softmax_log_odds(X)
+    np.testing.assert_array_equal(lo[:, 0], lo[:, 1])
+    swap = np.array([1, 0, 2])
+    proba = IsotonicCalibration().fit(X, y).predict_proba(X)
+    swapped = IsotonicCalibration().fit(X[:, swap], swap[y]).predict_proba(X[:, swap])
+    np.testing.assert_allclose(swapped[:, swap], proba, rtol=0, atol=1e-15)
 
 
 def test_isotonic_keeps_the_ranking_of_saturated_scores():
@@ -362,6 +381,76 @@ def test_histogram_top_label_matches_a_hand_computation():
     np.testing.assert_allclose(
         fitted.predict_proba(X_test), renormalise(expected, p_test), atol=1e-12
     )
+
+
+def test_top_label_tied_rows_count_one_over_t_by_hand():
+    # One bin: its value is the mean correctness. A row whose top ties
+    # between t columns counts 1 / t when the label is among them (0 when
+    # not), whatever the columns' order; every tied column then gets the
+    # value (at most 1 / t), the other classes the rest.
+    X = np.array([[0, 0, -1], [0, 0, -1], [1, 0, 0], [1, 0, 0]], dtype=float)
+    y = np.array([1, 2, 0, 1])
+    value = (0.5 + 0 + 1 + 0) / 4
+    for calibrator in [
+        HistogramBinning(n_bins=1, mode="top_label"),
+        IsotonicCalibration(mode="top_label"),
+    ]:
+        fitted = calibrator.fit(X, y)
+        proba = fitted.predict_proba(X[:1])[0]
+        if isinstance(calibrator, HistogramBinning):
+            np.testing.assert_allclose(fitted.bin_values_, [[value]], rtol=1e-15)
+            np.testing.assert_allclose(proba, [value, value, 1 - 2 * value], rtol=1e-15)
+        assert proba[0] == proba[1] <= 0.5
+    # capped at 1 / t: the other class keeps the floor
+    capped = HistogramBinning(n_bins=1, mode="top_label").fit(X, y)
+    capped.bin_values_[:] = 0.9
+    np.testing.assert_allclose(
+        capped.predict_proba(X[:1])[0], [0.5, 0.5, 1e-12], rtol=1e-10
+    )
+
+
+def _tied_at_the_top(seed=12):
+    """Logits whose top ties between 2 or 3 columns on a quarter of the rows."""
+    X, y = make_logits(n_samples=800, n_classes=4, seed=seed)
+    rng = np.random.default_rng(seed)
+    rows = np.arange(len(y))
+    top = X.argmax(axis=1)
+    for k in (1, 2):
+        tied = rng.random(len(y)) < 0.15 * k
+        X[tied, (top[tied] + k) % 4] = X[rows[tied], top[tied]]
+    return X, y
+
+
+TIED_TOP_LABEL = [
+    HistogramBinning(mode="top_label"),
+    HistogramBinning(strategy="quantile", mode="top_label"),
+    IsotonicCalibration(mode="top_label"),
+]
+
+
+@pytest.mark.parametrize(
+    "calibrator", TIED_TOP_LABEL, ids=["histogram", "quantile", "isotonic"]
+)
+def test_top_label_tied_columns_in_any_order(calibrator):
+    # A quarter of the rows tie at the top, between two or three columns.
+    # The first tied column was "the prediction", at fit and at predict, so
+    # permuting the columns (and the labels) moved those rows by up to 0.26
+    # on llmub_llama2_13b_emotion and changed the fit of the other rows.
+    X, y = _tied_at_the_top()
+    ties = (X == X.max(axis=1, keepdims=True)).sum(axis=1) > 1
+    assert 100 < ties.sum() < 400
+    order = np.array([2, 0, 3, 1])
+    proba = clone(calibrator).fit(X, y).predict_proba(X)
+    permuted = clone(calibrator).fit(X[:, order], np.argsort(order)[y])
+    # rtol: rows of confidence 1 - 2e-5 rescale the others by 1 - p, whose
+    # rounding the column order changes (6e-12)
+    np.testing.assert_allclose(
+        permuted.predict_proba(X[:, order]), proba[:, order], rtol=1e-9, atol=1e-15
+    )
+    # every tied column gets the same probability
+    is_top = X == X.max(axis=1, keepdims=True)
+    top = np.where(is_top, proba, np.nan)
+    np.testing.assert_array_equal(np.nanmax(top, axis=1), np.nanmin(top, axis=1))
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from scipy.interpolate import CubicSpline
 from scipy.special import logsumexp, softmax
+from sklearn.isotonic import isotonic_regression
 
 from sklearn_calib import SplineCalibration, TemperatureScaling
 from sklearn_calib._binning.spline import fit_spline_table
@@ -207,6 +208,73 @@ def test_to_torch_keeps_masked_logits_at_zero():
     np.testing.assert_array_equal(np.isneginf(out), np.isneginf(expected))
     finite = np.isfinite(expected)
     np.testing.assert_allclose(out[finite], expected[finite], rtol=1e-12, atol=1e-15)
+
+
+def _tied_at_the_top(seed=12):
+    """Logits whose top ties between 2 or 3 columns on a quarter of the rows."""
+    X, y = make_logits(n_samples=800, n_classes=4, seed=seed)
+    rng = np.random.default_rng(seed)
+    rows = np.arange(len(y))
+    top = X.argmax(axis=1)
+    for k in (1, 2):
+        tied = rng.random(len(y)) < 0.15 * k
+        X[tied, (top[tied] + k) % 4] = X[rows[tied], top[tied]]
+    return X, y
+
+
+def test_tied_top_columns_in_any_order():
+    # A quarter of the rows tie at the top, between two or three columns.
+    # The first tied column was "the prediction", at fit and at predict, so
+    # permuting the columns (and the labels) moved those rows by up to 0.15
+    # on llmub_llama2_13b_emotion. A tied row now counts 1 / t correct when
+    # the label is among its t top columns, and each gets the new confidence.
+    torch = pytest.importorskip("torch")
+    X, y = _tied_at_the_top()
+    is_top = X == X.max(axis=1, keepdims=True)
+    n_top = is_top.sum(axis=1)
+    assert 100 < (n_top > 1).sum() < 400
+    order = np.array([2, 0, 3, 1])
+    spline = SplineCalibration().fit(X, y)
+    proba = spline.predict_proba(X)
+    permuted = SplineCalibration().fit(X[:, order], np.argsort(order)[y])
+    np.testing.assert_allclose(
+        permuted.predict_proba(X[:, order]), proba[:, order], rtol=1e-12, atol=1e-15
+    )
+    top = np.where(is_top, proba, np.nan)
+    np.testing.assert_array_equal(np.nanmax(top, axis=1), np.nanmin(top, axis=1))
+    # still above every other class, and at most 1 / t
+    assert np.all(np.nanmin(top, axis=1) > np.where(is_top, 0, proba).max(axis=1))
+    assert np.all(np.nanmax(top, axis=1) <= 1 / n_top)
+    np.testing.assert_array_equal(spline.predict(X), X.argmax(axis=1))
+    # the fit: the same table as from hits of 1 / t
+    hits = np.where(n_top > 1, is_top[np.arange(len(y)), y] / n_top, X.argmax(1) == y)
+    u, _, values, _, mass = fit_spline_table(
+        _log_complement(X), hits.astype(float), np.ones(len(y)), spline.n_knots
+    )
+    np.testing.assert_allclose(spline.log_complements_, u, rtol=1e-13)
+    expected = np.clip(isotonic_regression(values, sample_weight=mass), 0, 1)
+    np.testing.assert_allclose(spline.calibrated_, expected, rtol=1e-12)
+    with torch.no_grad():
+        exported = spline.to_torch()(torch.from_numpy(X)).numpy()
+    np.testing.assert_allclose(exported, spline.transform(X), rtol=1e-12, atol=1e-14)
+
+
+def test_equal_confidences_group_in_any_column_order():
+    # Integer logits (no tie at the top): many rows hold the same logits in
+    # another order, hence the same confidence, which the table pools. Their
+    # log(1 - p) was summed in column order, an ulp apart between such rows
+    # and changed by a permutation of the classes, which split or joined the
+    # groups: probabilities 1.5e-3 apart.
+    X, y = make_logits(n_samples=2000, n_classes=4, seed=12)
+    X = np.round(X)
+    single = (X == X.max(axis=1, keepdims=True)).sum(axis=1) == 1
+    X, y = X[single], y[single]
+    order = np.array([2, 0, 3, 1])
+    proba = SplineCalibration().fit(X, y).predict_proba(X)
+    permuted = SplineCalibration().fit(X[:, order], np.argsort(order)[y])
+    np.testing.assert_allclose(
+        permuted.predict_proba(X[:, order]), proba[:, order], rtol=1e-9, atol=1e-15
+    )
 
 
 def test_confidences_an_ulp_apart_near_one_stay_distinct_points():

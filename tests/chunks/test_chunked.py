@@ -242,6 +242,24 @@ def test_histogram_binning_from_chunks(strategy, mode, weighted):
     np.testing.assert_allclose(fitted.bin_counts_, expected.bin_counts_, rtol=1e-12)
 
 
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_histogram_top_label_from_chunks_counts_tied_tops_as_in_memory(strategy):
+    # A row whose top ties between t columns counts 1 / t correct when the
+    # label is among them (HistogramBinning's fit); the chunks' bin sums
+    # counted the first tied column's correctness.
+    X, y = toy_logits(n_samples=2000, seed=4)
+    rng = np.random.default_rng(6)
+    rows = np.flatnonzero(rng.random(2000) < 0.3)
+    top = X[rows].argmax(axis=1)
+    X[rows, (top + 1 + rng.integers(0, 3, rows.size)) % 4] = X[rows, top]
+    params = {"n_bins": 12, "strategy": strategy, "mode": "top_label"}
+    expected = HistogramBinning(**params).fit(X, y)
+    fitted = HistogramBinning(**params).fit_chunks(random_chunks(X, y))
+    np.testing.assert_array_equal(fitted.bin_edges_, expected.bin_edges_)
+    np.testing.assert_allclose(fitted.bin_values_, expected.bin_values_, rtol=1e-12)
+    np.testing.assert_allclose(fitted.bin_counts_, expected.bin_counts_, rtol=1e-12)
+
+
 # --- SMART: mini-batches ---
 
 
