@@ -121,6 +121,33 @@ def _top_label_hits(log_p, top, y):
     return hits
 
 
+def _grouping_keys(logits, log_rest, keep):
+    """``log_rest[keep]``, equal for rows holding the same logits in any order.
+
+    The table pools equal confidences, but ``log(1 - p)`` is summed in column
+    order: rows holding the same logits in another order (or the classes
+    permuted) fall an ulp apart and split or join the groups (1.5e-3 on
+    integer logits). Rows whose value lies within the rounding of such sums
+    of another row's get it again from their sorted logits, a canonical
+    order; sorting every row made the fit 4 times slower at 20,000 x 1,000.
+    """
+    keys = log_rest[keep]
+    rows = np.flatnonzero(keep)
+    finite = np.where(np.isfinite(logits[rows]), logits[rows], 0.0)
+    # the sums' rounding: the row's length and its logits' magnitude
+    slack = 16.0 * logits.shape[1] * np.finfo(np.float64).eps
+    slack = slack * (1.0 + np.abs(finite).max(axis=1) + np.abs(keys))
+    order = np.argsort(keys, kind="stable")
+    close = np.diff(keys[order]) <= np.maximum(slack[order][1:], slack[order][:-1])
+    near = np.zeros(keys.shape[0], dtype=bool)
+    near[order[1:][close]] = True
+    near[order[:-1][close]] = True
+    if near.any():
+        keys = keys.copy()
+        keys[near] = top_label(np.sort(logits[rows[near]], axis=1))[3]
+    return keys
+
+
 def _log_expm1(a):
     """``log(expm1(a))`` for ``a >= 0``, without overflow: ``a + log(1 - exp(-a))``."""
     return a + np.log(-np.expm1(-a))
@@ -355,12 +382,11 @@ class SplineCalibration(BaseCalibrator):
                 "and a positive weight; every row has a single finite logit."
             )
         correct = _top_label_hits(log_p, top, y)[keep]
-        # The table groups equal confidences: log(1 - p) from each row's
-        # sorted logits, so that rows holding the same logits in another column
-        # order (or the classes permuted) group alike, not an ulp apart.
-        log_rest = top_label(np.sort(logits, axis=1))[3]
         u, x, values, knot_values, mass = fit_spline_table(
-            log_rest[keep], correct, sample_weight[keep], self.n_knots
+            _grouping_keys(logits, log_rest, keep),
+            correct,
+            sample_weight[keep],
+            self.n_knots,
         )
         if self.monotonic:
             values = isotonic_regression(values, sample_weight=mass)
