@@ -662,6 +662,13 @@ def test_validation_report_rows_and_consistency():
     assert report.val_prob["Slope"] == pytest.approx(logistic.slope, rel=1e-9)
     with pytest.raises(ValueError, match="both outcomes"):
         validation_report(np.ones(10, int), np.linspace(0.1, 0.9, 10), labels=[0, 1])
+    # Only events weigh: the non-events of zero weight do not count (either
+    # way round), where the fit and val.prob's indices have no meaning.
+    y = np.tile([0, 1], 5)
+    for weighted in (0, 1):
+        w = (y == weighted).astype(float)
+        with pytest.raises(ValueError, match="both outcomes"):
+            validation_report(y, np.linspace(0.1, 0.9, 10), sample_weight=w)
 
 
 def test_pneumonia_model_is_overconfident(shared_data):

@@ -270,10 +270,11 @@ def validation_report(
         weights = np.ones_like(p)
     else:
         weights = w * (np.sum(w) / np.sum(w**2))
-    if np.all(y) or not np.any(y[weights > 0]):
+    counted = y[weights > 0]
+    if np.all(counted) or not np.any(counted):
         raise ValueError(
-            "validation_report needs both outcomes among the samples; y_true "
-            "holds only one."
+            "validation_report needs both outcomes among the samples of "
+            "positive weight; y_true holds only one there."
         )
     level = confidence_level
     logistic = _logistic_calibration_one(p, y, weights, interval, level)
