@@ -293,6 +293,23 @@ def test_logistic_calibration_weights_are_relative():
         assert got == pytest.approx(want, rel=1e-12, abs=1e-14)
 
 
+@pytest.mark.parametrize("scale", [2.0**600, 2.0**-600])
+def test_recalibration_statistics_take_weights_of_any_scale(scale):
+    # Kish's effective size squares the weights: at 1e+-180 the squares
+    # overflowed or underflowed (NaN weights, LinAlgError, a z of NaN). A
+    # power-of-two scale is exact, so nothing may move at all.
+    p, y = _miscalibrated(300, seed=8)
+    w = np.random.default_rng(9).uniform(0.1, 2.0, size=300)
+    for statistic in (
+        logistic_calibration, spiegelhalter_test, hosmer_lemeshow_test,
+        cox_calibration_test,
+    ):  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            scaled = statistic(y, p, sample_weight=scale * w)
+        assert tuple(scaled) == tuple(statistic(y, p, sample_weight=w))
+
+
 SEPARATED = {
     # every event above every non-event: the slope's optimum is +infinity
     "complete": ([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [0, 0, 0, 1, 1, 1]),

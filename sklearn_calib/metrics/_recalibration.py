@@ -39,7 +39,7 @@ from scipy import special, stats
 from sklearn.exceptions import ConvergenceWarning
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, weight_scale
 from ._bin_statistics import top_label
 
 LOGIT_EPS = np.finfo(np.float64).eps
@@ -78,9 +78,7 @@ def binary_problems(y_true, y_prob, sample_weight, labels, multiclass="top-label
     if sample_weight is None:
         weights = np.ones(proba.shape[0])
     else:
-        total = sample_weight.sum()
-        effective = total**2 / np.sum(sample_weight**2)
-        weights = sample_weight * (effective / total)
+        weights = effective_weights(sample_weight)
     if proba.shape[1] == 2:
         problems = [(proba[:, 1].astype(np.float64), (y_codes == 1), weights)]
         return problems, [None]
@@ -92,6 +90,17 @@ def binary_problems(y_true, y_prob, sample_weight, labels, multiclass="top-label
         for k in range(proba.shape[1])
     ]
     return problems, list(classes)
+
+
+def effective_weights(sample_weight):
+    """The weights rescaled to sum to Kish's ``(sum w)^2 / sum w^2``.
+
+    ``w * sum(w) / sum(w^2)``, computed on the weights divided by
+    :func:`weight_scale` (exact: a power of two), so that the squares can
+    neither overflow nor underflow, whatever the scale of the weights.
+    """
+    scaled = sample_weight / weight_scale(sample_weight)
+    return scaled * (np.sum(scaled) / np.sum(scaled**2))
 
 
 def clipped_logit(p):

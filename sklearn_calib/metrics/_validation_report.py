@@ -21,6 +21,7 @@ from ._recalibration import (
     _logistic_calibration_one,
     _spiegelhalter_one,
     clipped_logit,
+    effective_weights,
     fit_logistic,
     log_likelihood,
 )
@@ -269,7 +270,7 @@ def validation_report(
     if w is None:
         weights = np.ones_like(p)
     else:
-        weights = w * (np.sum(w) / np.sum(w**2))
+        weights = effective_weights(w)
     counted = y[weights > 0]
     if np.all(counted) or not np.any(counted):
         raise ValueError(
