@@ -612,6 +612,14 @@ def test_loess_weights():
     unit = flexible_calibration_curve(y, p, sample_weight=np.ones(400))
     bare = flexible_calibration_curve(y, p)
     assert unit.e90 == bare.e90
+    # Weights of extreme scale: the band summed squared weights, which
+    # overflowed (or underflowed) to a NaN band. A power of two is exact.
+    for scale in (2.0**600, 2.0**-600):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            c = flexible_calibration_curve(y, p, sample_weight=scale * w)
+        for got, want in zip(c, a, strict=True):
+            np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="span"):
         flexible_calibration_curve(y[:4], p[:4], span=0.5)
 

@@ -42,7 +42,7 @@ import numpy as np
 from scipy import stats
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, weight_scale
 from ._bin_statistics import top_label
 
 _MAX_POINTS = 4096
@@ -224,7 +224,9 @@ def binary_scores(y_true, y_prob, sample_weight, labels):
 
 def flexible_curve(p, y, w, *, span, degree, confidence_level):
     """:func:`flexible_calibration_curve` on validated binary data."""
-    weights = np.ones_like(p) if w is None else w
+    # Divided by a power of two (exact): the band sums squared weights,
+    # which must neither overflow nor underflow whatever their scale.
+    weights = np.ones_like(p) if w is None else w / weight_scale(w)
     used = weights > 0
     sorted_x = np.sort(p[used])
     n = sorted_x.shape[0]
