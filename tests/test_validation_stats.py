@@ -140,6 +140,17 @@ def test_weighted_bins_use_the_effective_count():
     low, high = binomial_interval(2 / 6 * n_eff, n_eff, method="wilson")
     assert curve.accuracy_low[1][0] == pytest.approx(float(low), abs=1e-12)
     assert curve.accuracy_high[1][0] == pytest.approx(float(high), abs=1e-12)
+    # Scaled by 2**+-600 (exact): the squared weights overflowed or
+    # underflowed (a ValueError 'must be finite', or NaN intervals).
+    for scale in (2.0**600, 2.0**-600):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            scaled = calibration_curve(
+                y, p, n_bins=2, multiclass="classwise", sample_weight=scale * w,
+                interval="wilson",
+            )  # fmt: skip
+        np.testing.assert_array_equal(scaled.accuracy_low, curve.accuracy_low)
+        np.testing.assert_array_equal(scaled.accuracy_high, curve.accuracy_high)
 
 
 def test_binomial_bin_intervals_cover_at_their_nominal_rate():
