@@ -612,6 +612,25 @@ def test_loess_on_many_rows_matches_the_exact_smoother():
     )
 
 
+@pytest.mark.parametrize("share", [1.0, 0.85])
+def test_loess_where_most_rows_share_one_prediction(share):
+    # At a prediction shared by span * n rows or more, the window has zero
+    # width and the local fit is the mean outcome of those rows (as R's
+    # lowess gives). The cell's position, 0.3 * 100 / 100, is not 0.3 to the
+    # last bit, and the curve there was 0: ICI 0.3 for constant predictions.
+    rng = np.random.default_rng(21)
+    n = 100
+    p = np.where(rng.uniform(size=n) < share, 0.3, rng.uniform(0.5, 0.9, n))
+    y = (rng.uniform(size=n) < p).astype(int)
+    tied = p == 0.3
+    curve = flexible_calibration_curve(y, p)
+    at = np.flatnonzero(curve.prob_pred == 0.3)[0]
+    assert curve.prob_true[at] == pytest.approx(y[tied].mean(), abs=1e-12)
+    assert 0 < curve.prob_true_low[at] < curve.prob_true_high[at] < 1
+    if share == 1.0:
+        assert curve.ici == pytest.approx(abs(0.3 - y.mean()), abs=1e-12)
+
+
 def test_loess_weights():
     p, y = _miscalibrated(400, seed=15)
     w = np.random.default_rng(16).uniform(0.5, 2.0, size=400)

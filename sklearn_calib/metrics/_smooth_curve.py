@@ -139,7 +139,11 @@ def loess_fit(x0, position, weight, outcome, squared, bandwidth, degree):
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.abs(offset) / h
         kernel = np.where(u < 1, (1 - np.minimum(u, 1) ** 3) ** 3, 0.0)
-        kernel = np.where(h > 0, kernel, (offset == 0).astype(float))
+        # A window of zero width (x0 shared by at least q rows): the local
+        # fit is the mean outcome there, the nearest cell's. Its position, a
+        # weighted mean of equal predictions, may be x0 off by a rounding.
+        nearest = np.abs(offset) == np.abs(offset).min(axis=1, keepdims=True)
+        kernel = np.where(h > 0, kernel, nearest.astype(float))
         # Columns (x - x0)^k / h^k keep the normal equations well scaled;
         # the Gram matrix needs only the moments of orders 0 .. 2 degree.
         scale = np.where(h > 0, h, 1.0)
