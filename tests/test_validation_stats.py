@@ -375,6 +375,43 @@ def test_overlapping_outcomes_do_not_warn():
         logistic_calibration(y, p, sample_weight=w)
 
 
+@pytest.mark.parametrize("interval", ["profile", "wald"])
+def test_one_predicted_value_leaves_the_slope_undefined(interval):
+    # a + b logit(p) is one number: any (a, b) on a line is optimal (R's glm
+    # reports the slope NA). The slope was the least-squares point of that
+    # line, 0.23 with a Wald interval [0.02, 0.43], without a word.
+    rng = np.random.default_rng(22)
+    p = np.full(100, 0.3)
+    y = (rng.uniform(size=100) < 0.4).astype(int)
+    w = np.ones(100)
+    p[:3], w[:3] = 0.9, 0.0  # rows of zero weight do not count
+    with pytest.warns(UserWarning, match="slope and the joint intercept"):
+        result = logistic_calibration(y, p, interval=interval, sample_weight=w)
+    assert all(np.isnan(result[3:]))
+    # The calibration intercept is logit(mean y) - logit(0.3).
+    mean = y[3:].mean()
+    expected = special.logit(mean) - special.logit(0.3)
+    assert result.intercept == pytest.approx(expected, abs=1e-9)
+    assert result.intercept_low < result.intercept < result.intercept_high
+    if interval == "wald":  # the information of the intercept: n m (1 - m)
+        se = 1 / np.sqrt(97 * mean * (1 - mean))
+        assert result.intercept_high - result.intercept == pytest.approx(
+            stats.norm.isf(0.025) * se, rel=1e-9
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = validation_report(y, p, sample_weight=w, lowess=False)
+    messages = [str(warning.message) for warning in caught]
+    assert any("slope and the joint intercept" in m for m in messages)
+    assert any("Hosmer-Lemeshow" in m for m in messages)
+    assert np.isnan(report.val_prob["Slope"]) and np.isnan(report.val_prob["Intercept"])
+    frame = report.to_frame()
+    assert np.isnan(frame.loc["calibration slope", "value"])
+    assert frame.loc["calibration intercept (slope fixed at 1)", "value"] == (
+        pytest.approx(expected, abs=1e-9)
+    )
+
+
 def test_multiclass_top_label_and_one_vs_rest():
     rng = np.random.default_rng(10)
     proba = rng.dirichlet(np.ones(3) * 0.7, size=500)

@@ -373,16 +373,50 @@ def warn_if_separated(x, y, w, stacklevel):
         )
 
 
+def one_prediction(x, w):
+    """Whether the samples of positive weight share one prediction.
+
+    Then ``a + b x`` is one number: the slope and the joint intercept are
+    not identifiable (R's ``glm`` reports the slope as NA), and Newton's
+    least-squares step stops at an arbitrary point of a line of optima.
+    """
+    counted = x[w > 0]
+    return counted.size > 0 and bool(np.all(counted == counted[0]))
+
+
+def _citl_profile(theta, x, y, w):
+    """Log-likelihood and score of the calibration intercept fixed at theta."""
+    no_columns = np.empty((x.shape[0], 0))
+    fit = fit_logistic(no_columns, y, w, theta + x, covariance=False)
+    return fit.loglik, fit.residual.sum()
+
+
 def _logistic_calibration_one(p, y, w, interval, confidence_level):
     x = clipped_logit(p)
     warn_if_separated(x, y, w, stacklevel=4)
     ones = np.ones_like(x)
-    no_columns = np.empty((x.shape[0], 0))
     zeros = np.zeros_like(x)
     z = stats.norm.isf((1 - confidence_level) / 2)
     # Calibration-in-the-large: the intercept with the logit as an offset.
     citl = fit_logistic(ones[:, None], y, w, x)
     a0, se0 = citl.coef[0], np.sqrt(citl.covariance[0, 0])
+    if one_prediction(x, w):
+        warnings.warn(
+            "Every sample of positive weight has the same predicted "
+            "probability, so the calibration slope and the joint intercept "
+            "are not identifiable: they and their intervals are NaN (the "
+            "calibration intercept is not affected).",
+            UserWarning,
+            stacklevel=4,
+        )
+        if interval == "wald":
+            ends = (a0 - z * se0, a0 + z * se0)
+        else:
+            ends = _profile_interval(
+                lambda theta: _citl_profile(theta, x, y, w), a0, se0,
+                citl.loglik, confidence_level,
+            )  # fmt: skip
+        return LogisticCalibration(a0, *ends, *([np.nan] * 6))
     # The joint fit of intercept and slope.
     joint = fit_logistic(np.column_stack([ones, x]), y, w, zeros, start=[0.0, 1.0])
     (a, b), se = joint.coef, np.sqrt(np.diag(joint.covariance))
@@ -396,8 +430,7 @@ def _logistic_calibration_one(p, y, w, interval, confidence_level):
     starts = {"a": np.array([b]), "b": np.array([a])}
 
     def citl_profile(theta):
-        fit = fit_logistic(no_columns, y, w, theta + x, covariance=False)
-        return fit.loglik, fit.residual.sum()
+        return _citl_profile(theta, x, y, w)
 
     def slope_profile(theta):
         fit = fit_logistic(
@@ -492,7 +525,9 @@ def logistic_calibration(
     -------
     result : LogisticCalibration
         Named tuple of the three estimates and the ends of their intervals;
-        floats, or arrays of one entry per class for ``"classwise"``.
+        floats, or arrays of one entry per class for ``"classwise"``. The
+        slope and the joint intercept are NaN, with a warning, where every
+        sample of positive weight has the same prediction.
 
     See Also
     --------

@@ -280,13 +280,17 @@ def validation_report(
     level = confidence_level
     logistic = _logistic_calibration_one(p, y, weights, interval, level)
     x = clipped_logit(p)
+    identified = np.isfinite(logistic.slope)
     joint = fit_logistic(
         np.column_stack([np.ones_like(x), x]), y, weights, np.zeros_like(x),
-        start=[logistic.joint_intercept, logistic.slope],
+        start=[logistic.joint_intercept, logistic.slope] if identified else None,
     )  # fmt: skip
     if lowess is None:
         lowess = p.shape[0] <= 200_000
     vp = val_prob_statistics(p, y, weights, joint, lowess=lowess)
+    if not identified:
+        # One predicted value: only the fit's likelihood is defined (U, Cox).
+        vp["Intercept"] = vp["Slope"] = np.nan
     curve = flexible_curve(
         p, y, w, span=span, degree=2, confidence_level=confidence_level
     )
