@@ -33,6 +33,7 @@ from sklearn_calib.metrics import (
 )
 from sklearn_calib.metrics._lowess import r_lowess
 from sklearn_calib.metrics._smooth_curve import _bandwidths, _cells, loess_fit
+from sklearn_calib.metrics._validation_report import _row
 
 R_DIR = Path(__file__).parent / "r_reference"
 
@@ -751,6 +752,15 @@ def test_validation_report_rows_and_consistency():
     )
     text = report.to_text()
     assert "calibration intercept (slope fixed at 1)" in text
+    # Every cell stays apart, negative values in e-notation included (the
+    # ends of an interval ran together: '-1.954-1.991e+04').
+    wide = type(report)(
+        [_row("joint intercept", -1.954, -19906.3, 7.42e6, -1.5e-300)],
+        None, None, None, None, 1, 1.0,
+    )  # fmt: skip
+    cells = wide.to_text().splitlines()[-1].split()[2:]
+    values = [-1.954, -19906.3, 7.42e6, -1.5e-300]
+    assert [float(c) for c in cells] == pytest.approx(values, rel=1e-3)
     assert report.val_prob["Slope"] == pytest.approx(logistic.slope, rel=1e-9)
     with pytest.raises(ValueError, match="both outcomes"):
         validation_report(np.ones(10, int), np.linspace(0.1, 0.9, 10), labels=[0, 1])

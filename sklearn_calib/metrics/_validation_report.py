@@ -148,14 +148,17 @@ class ValidationReport:
         """A plain-text table of the rows."""
         lines = [
             f"n = {self.n_samples}, events = {self.n_events:g}",
-            f"{'statistic':<44}{'value':>10}{'low':>10}{'high':>10}{'p':>10}",
+            f"{'statistic':<44}{'value':>11}{'low':>11}{'high':>11}{'p':>11}",
         ]
         for row in self.rows:
             cells = [
                 "" if not np.isfinite(row[k]) else f"{row[k]:.4g}"
                 for k in ("value", "low", "high", "pvalue")
             ]
-            lines.append(f"{row['statistic']:<44}" + "".join(f"{c:>10}" for c in cells))
+            # 11 wide: a negative value in e-notation takes 10 (-1.991e+04).
+            lines.append(
+                f"{row['statistic']:<44}" + "".join(f" {c:>10}" for c in cells)
+            )
         return "\n".join(lines)
 
     def __repr__(self):
