@@ -629,6 +629,12 @@ def test_metric_invariances(name, metric, registry_data):
         assert metric(y, proba, sample_weight=weights * 1e-6) == pytest.approx(
             metric(y, proba, sample_weight=weights), rel=1e-9, abs=1e-13
         )
+        # to the ends of the float64 range (the RMS error squared its
+        # weighted gaps: inf at 2**560, silently off by 0.07 at 2**-560)
+        for scale in (2.0**560, 2.0**-560):
+            assert metric(y, proba, sample_weight=weights * scale) == pytest.approx(
+                metric(y, proba, sample_weight=weights), rel=1e-9, abs=1e-13
+            )
     # lists == arrays
     assert metric(y.tolist(), proba.tolist()) == pytest.approx(value, rel=1e-12)
     # row order does not matter

@@ -33,6 +33,7 @@ from sklearn_calib.metrics import (
 )
 from sklearn_calib.metrics._lowess import r_lowess
 from sklearn_calib.metrics._smooth_curve import _bandwidths, _cells, loess_fit
+from sklearn_calib.metrics._validation_report import _row
 
 R_DIR = Path(__file__).parent / "r_reference"
 
@@ -140,6 +141,17 @@ def test_weighted_bins_use_the_effective_count():
     low, high = binomial_interval(2 / 6 * n_eff, n_eff, method="wilson")
     assert curve.accuracy_low[1][0] == pytest.approx(float(low), abs=1e-12)
     assert curve.accuracy_high[1][0] == pytest.approx(float(high), abs=1e-12)
+    # Scaled by 2**+-600 (exact): the squared weights overflowed or
+    # underflowed (a ValueError 'must be finite', or NaN intervals).
+    for scale in (2.0**600, 2.0**-600):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            scaled = calibration_curve(
+                y, p, n_bins=2, multiclass="classwise", sample_weight=scale * w,
+                interval="wilson",
+            )  # fmt: skip
+        np.testing.assert_array_equal(scaled.accuracy_low, curve.accuracy_low)
+        np.testing.assert_array_equal(scaled.accuracy_high, curve.accuracy_high)
 
 
 def test_binomial_bin_intervals_cover_at_their_nominal_rate():
@@ -293,6 +305,23 @@ def test_logistic_calibration_weights_are_relative():
         assert got == pytest.approx(want, rel=1e-12, abs=1e-14)
 
 
+@pytest.mark.parametrize("scale", [2.0**600, 2.0**-600])
+def test_recalibration_statistics_take_weights_of_any_scale(scale):
+    # Kish's effective size squares the weights: at 1e+-180 the squares
+    # overflowed or underflowed (NaN weights, LinAlgError, a z of NaN). A
+    # power-of-two scale is exact, so nothing may move at all.
+    p, y = _miscalibrated(300, seed=8)
+    w = np.random.default_rng(9).uniform(0.1, 2.0, size=300)
+    for statistic in (
+        logistic_calibration, spiegelhalter_test, hosmer_lemeshow_test,
+        cox_calibration_test,
+    ):  # fmt: skip
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            scaled = statistic(y, p, sample_weight=scale * w)
+        assert tuple(scaled) == tuple(statistic(y, p, sample_weight=w))
+
+
 SEPARATED = {
     # every event above every non-event: the slope's optimum is +infinity
     "complete": ([0.1, 0.2, 0.3, 0.7, 0.8, 0.9], [0, 0, 0, 1, 1, 1]),
@@ -345,6 +374,43 @@ def test_overlapping_outcomes_do_not_warn():
     w = np.array([1.0, 1.0, 0.0, 1.0, 1.0, 1.0])
     with pytest.warns(ConvergenceWarning, match="separate the outcomes"):
         logistic_calibration(y, p, sample_weight=w)
+
+
+@pytest.mark.parametrize("interval", ["profile", "wald"])
+def test_one_predicted_value_leaves_the_slope_undefined(interval):
+    # a + b logit(p) is one number: any (a, b) on a line is optimal (R's glm
+    # reports the slope NA). The slope was the least-squares point of that
+    # line, 0.23 with a Wald interval [0.02, 0.43], without a word.
+    rng = np.random.default_rng(22)
+    p = np.full(100, 0.3)
+    y = (rng.uniform(size=100) < 0.4).astype(int)
+    w = np.ones(100)
+    p[:3], w[:3] = 0.9, 0.0  # rows of zero weight do not count
+    with pytest.warns(UserWarning, match="slope and the joint intercept"):
+        result = logistic_calibration(y, p, interval=interval, sample_weight=w)
+    assert all(np.isnan(result[3:]))
+    # The calibration intercept is logit(mean y) - logit(0.3).
+    mean = y[3:].mean()
+    expected = special.logit(mean) - special.logit(0.3)
+    assert result.intercept == pytest.approx(expected, abs=1e-9)
+    assert result.intercept_low < result.intercept < result.intercept_high
+    if interval == "wald":  # the information of the intercept: n m (1 - m)
+        se = 1 / np.sqrt(97 * mean * (1 - mean))
+        assert result.intercept_high - result.intercept == pytest.approx(
+            stats.norm.isf(0.025) * se, rel=1e-9
+        )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = validation_report(y, p, sample_weight=w, lowess=False)
+    messages = [str(warning.message) for warning in caught]
+    assert any("slope and the joint intercept" in m for m in messages)
+    assert any("Hosmer-Lemeshow" in m for m in messages)
+    assert np.isnan(report.val_prob["Slope"]) and np.isnan(report.val_prob["Intercept"])
+    frame = report.to_frame()
+    assert np.isnan(frame.loc["calibration slope", "value"])
+    assert frame.loc["calibration intercept (slope fixed at 1)", "value"] == (
+        pytest.approx(expected, abs=1e-9)
+    )
 
 
 def test_multiclass_top_label_and_one_vs_rest():
@@ -584,6 +650,25 @@ def test_loess_on_many_rows_matches_the_exact_smoother():
     )
 
 
+@pytest.mark.parametrize("share", [1.0, 0.85])
+def test_loess_where_most_rows_share_one_prediction(share):
+    # At a prediction shared by span * n rows or more, the window has zero
+    # width and the local fit is the mean outcome of those rows (as R's
+    # lowess gives). The cell's position, 0.3 * 100 / 100, is not 0.3 to the
+    # last bit, and the curve there was 0: ICI 0.3 for constant predictions.
+    rng = np.random.default_rng(21)
+    n = 100
+    p = np.where(rng.uniform(size=n) < share, 0.3, rng.uniform(0.5, 0.9, n))
+    y = (rng.uniform(size=n) < p).astype(int)
+    tied = p == 0.3
+    curve = flexible_calibration_curve(y, p)
+    at = np.flatnonzero(curve.prob_pred == 0.3)[0]
+    assert curve.prob_true[at] == pytest.approx(y[tied].mean(), abs=1e-12)
+    assert 0 < curve.prob_true_low[at] < curve.prob_true_high[at] < 1
+    if share == 1.0:
+        assert curve.ici == pytest.approx(abs(0.3 - y.mean()), abs=1e-12)
+
+
 def test_loess_weights():
     p, y = _miscalibrated(400, seed=15)
     w = np.random.default_rng(16).uniform(0.5, 2.0, size=400)
@@ -595,6 +680,14 @@ def test_loess_weights():
     unit = flexible_calibration_curve(y, p, sample_weight=np.ones(400))
     bare = flexible_calibration_curve(y, p)
     assert unit.e90 == bare.e90
+    # Weights of extreme scale: the band summed squared weights, which
+    # overflowed (or underflowed) to a NaN band. A power of two is exact.
+    for scale in (2.0**600, 2.0**-600):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            c = flexible_calibration_curve(y, p, sample_weight=scale * w)
+        for got, want in zip(c, a, strict=True):
+            np.testing.assert_array_equal(got, want)
     with pytest.raises(ValueError, match="span"):
         flexible_calibration_curve(y[:4], p[:4], span=0.5)
 
@@ -659,9 +752,25 @@ def test_validation_report_rows_and_consistency():
     )
     text = report.to_text()
     assert "calibration intercept (slope fixed at 1)" in text
+    # Every cell stays apart, negative values in e-notation included (the
+    # ends of an interval ran together: '-1.954-1.991e+04').
+    wide = type(report)(
+        [_row("joint intercept", -1.954, -19906.3, 7.42e6, -1.5e-300)],
+        None, None, None, None, 1, 1.0,
+    )  # fmt: skip
+    cells = wide.to_text().splitlines()[-1].split()[2:]
+    values = [-1.954, -19906.3, 7.42e6, -1.5e-300]
+    assert [float(c) for c in cells] == pytest.approx(values, rel=1e-3)
     assert report.val_prob["Slope"] == pytest.approx(logistic.slope, rel=1e-9)
     with pytest.raises(ValueError, match="both outcomes"):
         validation_report(np.ones(10, int), np.linspace(0.1, 0.9, 10), labels=[0, 1])
+    # Only events weigh: the non-events of zero weight do not count (either
+    # way round), where the fit and val.prob's indices have no meaning.
+    y = np.tile([0, 1], 5)
+    for weighted in (0, 1):
+        w = (y == weighted).astype(float)
+        with pytest.raises(ValueError, match="both outcomes"):
+            validation_report(y, np.linspace(0.1, 0.9, 10), sample_weight=w)
 
 
 def test_pneumonia_model_is_overconfident(shared_data):

@@ -417,8 +417,10 @@ def _mce_values(stats):
 def _rms_values(stats):
     gaps, total = _calibration_gaps(stats)
     occupied = stats.count > 0
-    per_bin = np.divide(gaps**2, stats.count, out=np.zeros_like(gaps), where=occupied)
-    return np.sqrt(per_bin.sum(axis=-1) / total)
+    # gap * (gap / count), not gap**2 / count: the gaps are sums of weights,
+    # whose squares overflow (or underflow) where the weights are huge (tiny).
+    ratio = np.divide(gaps, stats.count, out=np.zeros_like(gaps), where=occupied)
+    return np.sqrt((gaps * ratio).sum(axis=-1) / total)
 
 
 REDUCTIONS = {"ece": ece_values, "mce": _mce_values, "rms": _rms_values}

@@ -15,6 +15,7 @@ import numpy as np
 from scipy import special, stats
 
 from ..utils._compat import Interval, StrOptions, validate_params
+from ..utils._validation import weight_scale
 from ._bin_statistics import top_label, uniform_bin_index
 
 BINOMIAL_METHODS = ("clopper-pearson", "wilson", "jeffreys")
@@ -170,16 +171,19 @@ def bin_accuracy_interval(
         n_eff = count
         successes = np.rint(accuracy * count)
     else:
+        # On the weights divided by a power of two (exact), so that their
+        # squares neither overflow nor underflow, whatever their scale.
+        unit = weight_scale(sample_weight)
         squared = bin_squared_weights(
             y_codes,
             y_prob,
-            sample_weight,
+            sample_weight / unit,
             curve.bin_edges,
             multiclass=multiclass,
             strategy=strategy,
         )
         with np.errstate(invalid="ignore", divide="ignore"):
-            n_eff = np.where(squared > 0, count**2 / squared, 0.0)
+            n_eff = np.where(squared > 0, (count / unit) ** 2 / squared, 0.0)
         successes = accuracy * n_eff
     return binomial_interval(
         successes,

@@ -39,7 +39,7 @@ from scipy import special, stats
 from sklearn.exceptions import ConvergenceWarning
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, weight_scale
 from ._bin_statistics import top_label
 
 LOGIT_EPS = np.finfo(np.float64).eps
@@ -78,9 +78,7 @@ def binary_problems(y_true, y_prob, sample_weight, labels, multiclass="top-label
     if sample_weight is None:
         weights = np.ones(proba.shape[0])
     else:
-        total = sample_weight.sum()
-        effective = total**2 / np.sum(sample_weight**2)
-        weights = sample_weight * (effective / total)
+        weights = effective_weights(sample_weight)
     if proba.shape[1] == 2:
         problems = [(proba[:, 1].astype(np.float64), (y_codes == 1), weights)]
         return problems, [None]
@@ -92,6 +90,17 @@ def binary_problems(y_true, y_prob, sample_weight, labels, multiclass="top-label
         for k in range(proba.shape[1])
     ]
     return problems, list(classes)
+
+
+def effective_weights(sample_weight):
+    """The weights rescaled to sum to Kish's ``(sum w)^2 / sum w^2``.
+
+    ``w * sum(w) / sum(w^2)``, computed on the weights divided by
+    :func:`weight_scale` (exact: a power of two), so that the squares can
+    neither overflow nor underflow, whatever the scale of the weights.
+    """
+    scaled = sample_weight / weight_scale(sample_weight)
+    return scaled * (np.sum(scaled) / np.sum(scaled**2))
 
 
 def clipped_logit(p):
@@ -364,16 +373,50 @@ def warn_if_separated(x, y, w, stacklevel):
         )
 
 
+def one_prediction(x, w):
+    """Whether the samples of positive weight share one prediction.
+
+    Then ``a + b x`` is one number: the slope and the joint intercept are
+    not identifiable (R's ``glm`` reports the slope as NA), and Newton's
+    least-squares step stops at an arbitrary point of a line of optima.
+    """
+    counted = x[w > 0]
+    return counted.size > 0 and bool(np.all(counted == counted[0]))
+
+
+def _citl_profile(theta, x, y, w):
+    """Log-likelihood and score of the calibration intercept fixed at theta."""
+    no_columns = np.empty((x.shape[0], 0))
+    fit = fit_logistic(no_columns, y, w, theta + x, covariance=False)
+    return fit.loglik, fit.residual.sum()
+
+
 def _logistic_calibration_one(p, y, w, interval, confidence_level):
     x = clipped_logit(p)
     warn_if_separated(x, y, w, stacklevel=4)
     ones = np.ones_like(x)
-    no_columns = np.empty((x.shape[0], 0))
     zeros = np.zeros_like(x)
     z = stats.norm.isf((1 - confidence_level) / 2)
     # Calibration-in-the-large: the intercept with the logit as an offset.
     citl = fit_logistic(ones[:, None], y, w, x)
     a0, se0 = citl.coef[0], np.sqrt(citl.covariance[0, 0])
+    if one_prediction(x, w):
+        warnings.warn(
+            "Every sample of positive weight has the same predicted "
+            "probability, so the calibration slope and the joint intercept "
+            "are not identifiable: they and their intervals are NaN (the "
+            "calibration intercept is not affected).",
+            UserWarning,
+            stacklevel=4,
+        )
+        if interval == "wald":
+            ends = (a0 - z * se0, a0 + z * se0)
+        else:
+            ends = _profile_interval(
+                lambda theta: _citl_profile(theta, x, y, w), a0, se0,
+                citl.loglik, confidence_level,
+            )  # fmt: skip
+        return LogisticCalibration(a0, *ends, *([np.nan] * 6))
     # The joint fit of intercept and slope.
     joint = fit_logistic(np.column_stack([ones, x]), y, w, zeros, start=[0.0, 1.0])
     (a, b), se = joint.coef, np.sqrt(np.diag(joint.covariance))
@@ -387,8 +430,7 @@ def _logistic_calibration_one(p, y, w, interval, confidence_level):
     starts = {"a": np.array([b]), "b": np.array([a])}
 
     def citl_profile(theta):
-        fit = fit_logistic(no_columns, y, w, theta + x, covariance=False)
-        return fit.loglik, fit.residual.sum()
+        return _citl_profile(theta, x, y, w)
 
     def slope_profile(theta):
         fit = fit_logistic(
@@ -483,7 +525,9 @@ def logistic_calibration(
     -------
     result : LogisticCalibration
         Named tuple of the three estimates and the ends of their intervals;
-        floats, or arrays of one entry per class for ``"classwise"``.
+        floats, or arrays of one entry per class for ``"classwise"``. The
+        slope and the joint intercept are NaN, with a warning, where every
+        sample of positive weight has the same prediction.
 
     See Also
     --------

@@ -42,7 +42,7 @@ import numpy as np
 from scipy import stats
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, weight_scale
 from ._bin_statistics import top_label
 
 _MAX_POINTS = 4096
@@ -139,7 +139,11 @@ def loess_fit(x0, position, weight, outcome, squared, bandwidth, degree):
         with np.errstate(divide="ignore", invalid="ignore"):
             u = np.abs(offset) / h
         kernel = np.where(u < 1, (1 - np.minimum(u, 1) ** 3) ** 3, 0.0)
-        kernel = np.where(h > 0, kernel, (offset == 0).astype(float))
+        # A window of zero width (x0 shared by at least q rows): the local
+        # fit is the mean outcome there, the nearest cell's. Its position, a
+        # weighted mean of equal predictions, may be x0 off by a rounding.
+        nearest = np.abs(offset) == np.abs(offset).min(axis=1, keepdims=True)
+        kernel = np.where(h > 0, kernel, nearest.astype(float))
         # Columns (x - x0)^k / h^k keep the normal equations well scaled;
         # the Gram matrix needs only the moments of orders 0 .. 2 degree.
         scale = np.where(h > 0, h, 1.0)
@@ -224,7 +228,9 @@ def binary_scores(y_true, y_prob, sample_weight, labels):
 
 def flexible_curve(p, y, w, *, span, degree, confidence_level):
     """:func:`flexible_calibration_curve` on validated binary data."""
-    weights = np.ones_like(p) if w is None else w
+    # Divided by a power of two (exact): the band sums squared weights,
+    # which must neither overflow nor underflow whatever their scale.
+    weights = np.ones_like(p) if w is None else w / weight_scale(w)
     used = weights > 0
     sorted_x = np.sort(p[used])
     n = sorted_x.shape[0]

@@ -21,6 +21,7 @@ from ._recalibration import (
     _logistic_calibration_one,
     _spiegelhalter_one,
     clipped_logit,
+    effective_weights,
     fit_logistic,
     log_likelihood,
 )
@@ -147,14 +148,17 @@ class ValidationReport:
         """A plain-text table of the rows."""
         lines = [
             f"n = {self.n_samples}, events = {self.n_events:g}",
-            f"{'statistic':<44}{'value':>10}{'low':>10}{'high':>10}{'p':>10}",
+            f"{'statistic':<44}{'value':>11}{'low':>11}{'high':>11}{'p':>11}",
         ]
         for row in self.rows:
             cells = [
                 "" if not np.isfinite(row[k]) else f"{row[k]:.4g}"
                 for k in ("value", "low", "high", "pvalue")
             ]
-            lines.append(f"{row['statistic']:<44}" + "".join(f"{c:>10}" for c in cells))
+            # 11 wide: a negative value in e-notation takes 10 (-1.991e+04).
+            lines.append(
+                f"{row['statistic']:<44}" + "".join(f" {c:>10}" for c in cells)
+            )
         return "\n".join(lines)
 
     def __repr__(self):
@@ -269,22 +273,27 @@ def validation_report(
     if w is None:
         weights = np.ones_like(p)
     else:
-        weights = w * (np.sum(w) / np.sum(w**2))
-    if np.all(y) or not np.any(y[weights > 0]):
+        weights = effective_weights(w)
+    counted = y[weights > 0]
+    if np.all(counted) or not np.any(counted):
         raise ValueError(
-            "validation_report needs both outcomes among the samples; y_true "
-            "holds only one."
+            "validation_report needs both outcomes among the samples of "
+            "positive weight; y_true holds only one there."
         )
     level = confidence_level
     logistic = _logistic_calibration_one(p, y, weights, interval, level)
     x = clipped_logit(p)
+    identified = np.isfinite(logistic.slope)
     joint = fit_logistic(
         np.column_stack([np.ones_like(x), x]), y, weights, np.zeros_like(x),
-        start=[logistic.joint_intercept, logistic.slope],
+        start=[logistic.joint_intercept, logistic.slope] if identified else None,
     )  # fmt: skip
     if lowess is None:
         lowess = p.shape[0] <= 200_000
     vp = val_prob_statistics(p, y, weights, joint, lowess=lowess)
+    if not identified:
+        # One predicted value: only the fit's likelihood is defined (U, Cox).
+        vp["Intercept"] = vp["Slope"] = np.nan
     curve = flexible_curve(
         p, y, w, span=span, degree=2, confidence_level=confidence_level
     )
