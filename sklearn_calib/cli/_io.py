@@ -283,8 +283,17 @@ def check_table_shape(frame, path):
         )
 
 
+class TableArrays(dict):
+    """The arrays of a table, with the names of its logit columns."""
+
+    logit_names = None
+
+
 def frame_to_arrays(frame, path):
-    """Split a table into logit columns, an optional label and split column."""
+    """Split a table into logit columns, an optional label and split column.
+
+    The result's ``logit_names`` are the logit columns' names, as text.
+    """
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     check_table_shape(frame, path)
@@ -302,8 +311,10 @@ def frame_to_arrays(frame, path):
             )
     logits = frame[logit_columns].to_numpy()
     y = frame[labels].to_numpy() if labels is not None else None
+    arrays = TableArrays()
+    arrays.logit_names = [str(c).strip() for c in logit_columns]
     if split_column is None:
-        arrays = {"logits": logits}
+        arrays["logits"] = logits
         if y is not None:
             arrays["y"] = y
         return arrays
@@ -313,7 +324,6 @@ def frame_to_arrays(frame, path):
         raise CommandError(
             f"{path}: the split column holds {unknown!r}; use 'val' and 'test'"
         )
-    arrays = {}
     for part, (logits_key, y_key) in SPLIT_KEYS.items():
         rows = split == part
         if rows.any():

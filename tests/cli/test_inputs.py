@@ -422,3 +422,48 @@ def test_report_on_masked_logits_equals_the_report_without_the_column(
         for key in ("ece", "adaptive_ece", "nll", "brier", "accuracy"):
             expected = pytest.approx(a[key], rel=tolerance[a["method"]], abs=1e-12)
             assert b[key] == expected, (a["method"], key)
+
+
+def test_columns_named_after_classes_in_another_order(capsys, tmp_path, logits_y):
+    # The header names each logit column's class, not in sorted order: read
+    # in sorted order, every column would be fitted and scored as another
+    # class than its name says (the Python API warns on such a frame).
+    pytest.importorskip("skops")
+    import pandas as pd
+
+    logits, y = logits_y
+    names = np.array(["dog", "ant", "cat", "bee"])
+    frame = pd.DataFrame(logits, columns=names)
+    frame["label"] = names[y]
+    frame.to_csv(tmp_path / "s.csv", index=False)
+    line = assert_usage_error(
+        capsys,
+        ["report", tmp_path / "s.csv", "--methods", "TemperatureScaling"],
+        "named after the classes but in another order",
+        "--classes dog,ant,cat,bee",
+    )
+    assert "column 0 is named 'dog'" in line
+    out = tmp_path / "ts.skops"
+    fit = ["fit", "--method", "TemperatureScaling", "--logits", tmp_path / "s.csv"]
+    assert_usage_error(capsys, [*fit, "-o", out], "in another order")
+    assert not out.exists()
+    # Stated: fitted on the columns as named, equal to the Python API.
+    status, _, err = call(capsys, *fit, "--classes", "dog,ant,cat,bee", "-o", out)
+    assert status == 0, err
+    fitted = cli.load_calibrator(out)
+    reference = TemperatureScaling(device="cpu", classes=names).fit(logits, names[y])
+    assert fitted.temperature_ == pytest.approx(reference.temperature_, rel=1e-7)
+    # apply refuses a table whose columns are the calibrator's classes in
+    # another order, and calibrates one in its order.
+    frame[sorted(names)].to_csv(tmp_path / "sorted.csv", index=False)
+    apply = ["apply", out, "--logits", tmp_path / "sorted.csv"]
+    assert_usage_error(
+        capsys, [*apply, "-o", tmp_path / "p.npy"], "calibrator's classes"
+    )
+    status, _, err = call(
+        capsys, "apply", out, "--logits", tmp_path / "s.csv", "-o", tmp_path / "p.npy"
+    )
+    assert status == 0, err
+    np.testing.assert_allclose(
+        np.load(tmp_path / "p.npy"), reference.predict_proba(logits), rtol=1e-6
+    )
