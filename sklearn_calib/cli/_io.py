@@ -289,6 +289,24 @@ class TableArrays(dict):
     logit_names = None
 
 
+def _logit_block(block):
+    """The logit columns as a float array; a missing value becomes NaN.
+
+    Columns of pandas' nullable dtypes (``Float64``, ``Int64``, ..., read
+    from parquet files written with them) would give an object array, with
+    ``pd.NA`` where a value is missing: they are converted to floats here, so
+    that NaN is reported as such (and a column without missing values is
+    read at all).
+    """
+    if all(isinstance(dtype, np.dtype) for dtype in block.dtypes):
+        return block.to_numpy()
+    dtype = np.result_type(
+        np.float32,
+        *(getattr(d, "numpy_dtype", np.dtype(np.float64)) for d in block.dtypes),
+    )
+    return block.to_numpy(dtype=dtype, na_value=np.nan)
+
+
 def frame_to_arrays(frame, path):
     """Split a table into logit columns, an optional label and split column.
 
@@ -309,7 +327,7 @@ def frame_to_arrays(frame, path):
                 "hold numbers (name the label column 'label' or 'y'; a CSV file "
                 "needs a header row)"
             )
-    logits = frame[logit_columns].to_numpy()
+    logits = _logit_block(frame[logit_columns])
     y = frame[labels].to_numpy() if labels is not None else None
     arrays = TableArrays()
     arrays.logit_names = [str(c).strip() for c in logit_columns]

@@ -467,3 +467,34 @@ def test_columns_named_after_classes_in_another_order(capsys, tmp_path, logits_y
     np.testing.assert_allclose(
         np.load(tmp_path / "p.npy"), reference.predict_proba(logits), rtol=1e-6
     )
+
+
+def test_parquet_of_nullable_dtypes(capsys, tmp_path, logits_y):
+    # pandas' nullable dtypes (Float64, Int64) gave an object array: the file
+    # was refused as not numbers, and a missing value was not named as NaN.
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("skops")
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd")).astype("Float64")
+    frame["b"] = frame["b"].round().astype("Int64")
+    frame["label"] = y
+    frame.to_parquet(tmp_path / "n.parquet")
+    out = tmp_path / "ts.skops"
+    args = ["fit", "--method", "TemperatureScaling", "-o", out]
+    status, _, err = call(capsys, *args, "--logits", tmp_path / "n.parquet")
+    assert status == 0, err
+    expected = logits.copy()
+    expected[:, 1] = np.round(expected[:, 1])
+    reference = TemperatureScaling(device="cpu").fit(expected, y)
+    fitted = cli.load_calibrator(out)
+    assert fitted.temperature_ == pytest.approx(reference.temperature_, rel=1e-7)
+    frame.loc[5, "c"] = pd.NA
+    frame.to_parquet(tmp_path / "na.parquet")
+    assert_usage_error(
+        capsys,
+        [*args, "--overwrite", "--logits", tmp_path / "na.parquet"],
+        "logits contain NaN",
+        "row 5",
+    )
