@@ -67,6 +67,16 @@ def as_logits(array, where):
     return array
 
 
+def _is_missing(value):
+    """Whether a label is missing: None, NaN, or pandas' NA (or NaT)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except TypeError:  # pd.NA: its comparisons are NA, of no truth value
+        return True
+
+
 def as_labels(array, where, n_samples):
     """A checked 1-D array of ``n_samples`` labels."""
     array = np.asarray(array)
@@ -78,7 +88,7 @@ def as_labels(array, where, n_samples):
         )
     if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
         raise CommandError(f"{where}: labels contain NaN or infinity")
-    if array.dtype == object and any(v is None or v != v for v in array):
+    if array.dtype == object and any(map(_is_missing, array)):
         raise CommandError(f"{where}: labels contain missing values")
     if array.shape[0] != n_samples:
         raise CommandError(

@@ -498,3 +498,26 @@ def test_parquet_of_nullable_dtypes(capsys, tmp_path, logits_y):
         "logits contain NaN",
         "row 5",
     )
+
+
+def test_missing_string_label_in_parquet(capsys, tmp_path, logits_y):
+    # A missing value of a string column is pd.NA, whose comparison has no
+    # truth value: the message was pandas' "boolean value of NA is ambiguous".
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame["label"] = pd.array(np.array(list("pqrs"))[y], dtype="string")
+    frame.loc[4, "label"] = pd.NA
+    frame.to_parquet(tmp_path / "s.parquet")
+    assert_usage_error(
+        capsys, ["report", tmp_path / "s.parquet"], "s.parquet [y]", "missing values"
+    )
+    frame[["label"]].to_parquet(tmp_path / "y.parquet")
+    np.save(tmp_path / "l.npy", logits)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npy", "--labels", tmp_path / "y.parquet"],
+        "missing values",
+    )
