@@ -166,22 +166,47 @@ def read_pt(path):
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
-    def to_array(value, key):
-        if is_torch_tensor(value) or isinstance(value, np.ndarray):
-            # float16 and bfloat16 become float32, as everywhere else.
-            return to_numpy(value)
-        raise CommandError(
-            f"{path}: {key} is a {type(value).__name__}, expected a tensor"
-        )
-
     if isinstance(content, dict):
-        return {str(k): to_array(v, repr(k)) for k, v in content.items()}
+        # Converted on use, as the members of an .npz: other entries (an
+        # epoch number, a name) are never read.
+        return _PtArrays(path, {str(k): (v, repr(k)) for k, v in content.items()})
     if isinstance(content, (tuple, list)) and len(content) == 2:
         return {
-            "logits": to_array(content[0], "item 0"),
-            "y": to_array(content[1], "item 1"),
+            "logits": _pt_array(path, content[0], "item 0"),
+            "y": _pt_array(path, content[1], "item 1"),
         }
-    return {"logits": to_array(content, "the content")}
+    return {"logits": _pt_array(path, content, "the content")}
+
+
+def _pt_array(path, value, key):
+    """One value of a ``.pt`` file as a numpy array, or a message naming it."""
+    if is_torch_tensor(value) or isinstance(value, np.ndarray):
+        try:
+            # float16 and bfloat16 become float32, as everywhere else.
+            return to_numpy(value)
+        except (TypeError, RuntimeError) as exc:  # a sparse or quantized tensor
+            raise CommandError(
+                f"{path}: {key} cannot be read as an array ({first_line(exc)})"
+            ) from exc
+    raise CommandError(f"{path}: {key} is a {type(value).__name__}, expected a tensor")
+
+
+class _PtArrays(Mapping):
+    """The entries of a ``.pt`` dict, each converted to an array on first use."""
+
+    def __init__(self, path, entries):
+        self._path = path
+        self._entries = entries
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self):
+        return len(self._entries)
+
+    def __getitem__(self, key):
+        value, shown = self._entries[key]
+        return _pt_array(self._path, value, shown)
 
 
 def _pt_refusal(exc):

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from sklearn_calib import TemperatureScaling, cli
+from sklearn_calib.utils._testing import make_logits
 
 from .conftest import assert_usage_error, call, reference_proba, report_json
 
@@ -520,4 +521,32 @@ def test_missing_string_label_in_parquet(capsys, tmp_path, logits_y):
         capsys,
         ["report", tmp_path / "l.npy", "--labels", tmp_path / "y.parquet"],
         "missing values",
+    )
+
+
+def test_pt_dict_entries_other_than_the_arrays_are_not_read(capsys, tmp_path):
+    # Like the members of an .npz, the entries of a .pt dict that the command
+    # does not use are not read: an epoch number refused the whole file.
+    torch = pytest.importorskip("torch")
+    logits, y = make_logits(n_samples=60, n_classes=3, seed=0)
+    torch.save(
+        {
+            "logits": torch.from_numpy(logits),
+            "y": torch.from_numpy(y),
+            "epoch": 12,
+            "weights": torch.zeros(3, 3).to_sparse(),
+        },
+        tmp_path / "c.pt",
+    )
+    report = report_json(capsys, tmp_path / "c.pt", "--methods", "temp", "--cv", "2")
+    assert report["n_samples_val"] == 60
+    # An entry that is used and is no array is named, a sparse tensor too.
+    torch.save({"logits": torch.from_numpy(logits), "y": 3}, tmp_path / "i.pt")
+    assert_usage_error(capsys, ["report", tmp_path / "i.pt"], "'y' is a int")
+    torch.save(
+        {"logits": torch.from_numpy(logits).to_sparse(), "y": torch.from_numpy(y)},
+        tmp_path / "s.pt",
+    )
+    assert_usage_error(
+        capsys, ["report", tmp_path / "s.pt"], "s.pt: 'logits' cannot be read"
     )
