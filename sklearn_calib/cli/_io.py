@@ -300,6 +300,20 @@ def check_table_shape(frame, path):
                 "logit columns, and 'label' or 'y' for the labels), e.g. "
                 "a,b,c,label"
             )
+        # pandas names an empty header cell "Unnamed: i": the row numbers
+        # that DataFrame.to_csv writes first by default, which would be read
+        # as one more logit column (one more class) without a word.
+        unnamed = [
+            i
+            for i, c in enumerate(frame.columns)
+            if re.fullmatch(r"Unnamed: \d+(\.\d+)?", str(c))
+        ]
+        if unnamed:
+            raise CommandError(
+                f"{path}: column {unnamed[0]} has no name in the header row (the "
+                "row numbers that pandas' to_csv writes unless index=False?); "
+                "every column needs a name: drop that column or name it"
+            )
     if frame.shape[0] == 0:
         raise CommandError(
             f"{path}: no data rows (the columns "

@@ -550,3 +550,24 @@ def test_pt_dict_entries_other_than_the_arrays_are_not_read(capsys, tmp_path):
     assert_usage_error(
         capsys, ["report", tmp_path / "s.pt"], "s.pt: 'logits' cannot be read"
     )
+
+
+def test_csv_with_an_unnamed_index_column(capsys, tmp_path, logits_y):
+    # DataFrame.to_csv writes the row numbers first, under an empty header
+    # cell, unless index=False: they were read as one more logit column, and
+    # integer labels 0..3 then fitted five classes without a word.
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame["label"] = y
+    frame.to_csv(tmp_path / "i.csv")
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "i.csv", "--methods", "temp"],
+        "column 0 has no name",
+        "index=False",
+    )
+    frame.to_csv(tmp_path / "n.csv", index=False)
+    report = report_json(capsys, tmp_path / "n.csv", "--methods", "temp")
+    assert report["n_classes"] == 4
