@@ -18,7 +18,7 @@ from sklearn.utils.estimator_checks import (
     parametrize_with_checks,
 )
 
-from sklearn_calib import CalibratedClassifier
+from sklearn_calib import CalibratedClassifier, TemperatureScaling
 from sklearn_calib.utils._testing import (
     _COMMON_EXPECTED_FAILURES,
     _NO_OPTIMUM_REASON,
@@ -620,3 +620,13 @@ def test_cuda_fit_matches_cpu_and_pickles_to_numpy(calibrator, logits_y):
     )
     for value in vars(pickle.loads(pickle.dumps(on_gpu))).values():
         assert not isinstance(value, torch.Tensor)
+
+
+def test_boolean_labels_for_more_columns_are_not_called_integers():
+    # False, True for 3 columns: the message said "integer labels [False,
+    # True] lie in [1, 2] but lack 0" (False is 0, and booleans are labels of
+    # their own, never column indices).
+    X, y = make_logits(n_samples=60, n_classes=3, seed=0)
+    with pytest.raises(ValueError, match=r"got labels \[False, True\]") as info:
+        TemperatureScaling().fit(X, y > 0)
+    assert "lack 0" not in str(info.value)

@@ -17,7 +17,13 @@ import numpy as np
 
 from . import _chunked
 from ._common import EXIT_OK, CommandError, first_line, warning_lines
-from ._data import Split, read_logits_only, read_splits
+from ._data import (
+    Split,
+    check_column_names,
+    check_columns_match_calibrator,
+    read_logits_only,
+    read_splits,
+)
 from ._evaluation import (
     column_labels,
     encode_labels,
@@ -114,6 +120,8 @@ def run_fit(args, out=None):
             if progress is not None:
                 progress.close()
     elapsed = time.perf_counter() - started
+    if args.classes is None and "classes" not in params and not chunked:
+        check_column_names(data.names, estimator.classes_, args.logits)
     for line in warning_lines(caught):
         print(f"warning: {line}", file=sys.stderr)
     with atomic_writer(output) as handle:
@@ -164,7 +172,8 @@ def run_apply(args, out=None):
         output, inputs=(args.calibrator, args.logits), overwrite=args.overwrite
     )
     calibrator = _load_for_apply(args)
-    logits = read_logits_only(args.logits)
+    logits, names = read_logits_only(args.logits, with_names=True)
+    check_columns_match_calibrator(names, calibrator.classes_, args.logits)
     with _calibration_failures(calibrator, args.logits):
         proba = calibrator.predict_proba(logits)
     write_proba(output, proba, calibrator.classes_)
@@ -301,6 +310,8 @@ def run_report(args, out=None):
     classes, y_codes = encode_labels(
         splits, parse_classes(args.classes, splits["val"].logits.shape[1])
     )
+    if args.classes is None:
+        check_column_names(splits["val"].names, classes, source)
     if "test" in splits:
         evaluation = "fit on val, scored on test"
         y_eval, logits_eval = y_codes["test"], splits["test"].logits

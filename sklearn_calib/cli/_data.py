@@ -31,6 +31,8 @@ class Split:
 
     logits: np.ndarray
     y: np.ndarray | None
+    # The logit columns' names, where a table (.csv, .parquet) gave them.
+    names: list | None = None
 
 
 def as_logits(array, where):
@@ -65,6 +67,16 @@ def as_logits(array, where):
     return array
 
 
+def _is_missing(value):
+    """Whether a label is missing: None, NaN, or pandas' NA (or NaT)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except TypeError:  # pd.NA: its comparisons are NA, of no truth value
+        return True
+
+
 def as_labels(array, where, n_samples):
     """A checked 1-D array of ``n_samples`` labels."""
     array = np.asarray(array)
@@ -76,7 +88,7 @@ def as_labels(array, where, n_samples):
         )
     if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
         raise CommandError(f"{where}: labels contain NaN or infinity")
-    if array.dtype == object and any(v is None or v != v for v in array):
+    if array.dtype == object and any(map(_is_missing, array)):
         raise CommandError(f"{where}: labels contain missing values")
     if array.shape[0] != n_samples:
         raise CommandError(
@@ -84,6 +96,59 @@ def as_labels(array, where, n_samples):
             "they must have the same length"
         )
     return array
+
+
+def _columns_named_otherwise(names, classes):
+    """The first logit column named after another class, or None.
+
+    Only where the names are exactly the classes (as text) in another order:
+    the header then says which column is which, and it is not the order in
+    which the columns would be read.
+    """
+    if names is None or classes is None:
+        return None
+    labels = [str(label) for label in classes]
+    if names == labels or sorted(names) != sorted(labels):
+        return None
+    if len(set(labels)) != len(labels):
+        return None
+    return next(j for j in range(len(names)) if names[j] != labels[j])
+
+
+def check_column_names(names, classes, path):
+    """Refuse logit columns named after the classes in another order.
+
+    ``classes``: the labels the columns would be read as (the sorted labels,
+    or column indices) when ``--classes`` is not given. The Python API warns
+    on such a data frame; the command line stops rather than fit or score
+    each column as another class than its header says.
+    """
+    j = _columns_named_otherwise(names, classes)
+    if j is None:
+        return
+    labels = [str(label) for label in classes]
+    raise CommandError(
+        f"{path}: the logit columns are named after the classes but in another "
+        f"order: column {j} is named {names[j]!r}, yet it would be read as class "
+        f"{labels[j]!r} (without --classes, column j holds the j-th of "
+        f"{', '.join(labels)}); pass --classes {','.join(names)} if the names "
+        f"are the columns' classes, or --classes {','.join(labels)} to read "
+        "them in that order"
+    )
+
+
+def check_columns_match_calibrator(names, classes, path):
+    """Refuse logit columns named after a calibrator's classes in another order."""
+    j = _columns_named_otherwise(names, classes)
+    if j is None:
+        return
+    labels = [str(label) for label in classes]
+    raise CommandError(
+        f"{path}: the logit columns are named after the calibrator's classes but "
+        f"in another order: column {j} is named {names[j]!r}, yet the calibrator "
+        f"reads it as class {labels[j]!r}; put the columns in the calibrator's "
+        f"order ({', '.join(labels)})"
+    )
 
 
 def read_labels(path):
@@ -132,6 +197,7 @@ def read_splits(path, labels_path=None, *, need_labels=True):
     arrays are read.
     """
     arrays = read_arrays(path)
+    names = getattr(arrays, "logit_names", None)
     labels = read_labels(labels_path) if labels_path is not None else None
     refuse_both(arrays, path, "logits", "logits_val", "logits to fit on")
     splits = {}
@@ -149,10 +215,10 @@ def read_splits(path, labels_path=None, *, need_labels=True):
             if y_key not in arrays:
                 if need_labels:
                     raise CommandError(f"{path}: {logits_key} has no {y_key} beside it")
-                splits[part] = Split(logits, None)
+                splits[part] = Split(logits, None, names)
                 continue
             y = as_labels(arrays[y_key], f"{path} [{y_key}]", logits.shape[0])
-            splits[part] = Split(logits, y)
+            splits[part] = Split(logits, y, names)
     elif "logits" in arrays:
         logits = as_logits(arrays["logits"], f"{path} [logits]")
         key = label_key(arrays, path)
@@ -177,7 +243,7 @@ def read_splits(path, labels_path=None, *, need_labels=True):
             )
         if y is not None:
             y = as_labels(y, where, logits.shape[0])
-        splits["val"] = Split(logits, y)
+        splits["val"] = Split(logits, y, names)
     elif "logits_test" in arrays and not need_labels:
         splits["val"] = Split(as_logits(arrays["logits_test"], f"{path}"), None)
     else:
@@ -193,13 +259,20 @@ def read_splits(path, labels_path=None, *, need_labels=True):
     return splits
 
 
-def read_logits_only(path):
-    """Logits to calibrate: ``logits``, else ``logits_test``, else a bare array."""
+def read_logits_only(path, *, with_names=False):
+    """Logits to calibrate: ``logits``, else ``logits_test``, else a bare array.
+
+    ``with_names``: return ``(logits, names)``, with the logit columns' names
+    where a table gave them (else None).
+    """
     arrays = read_arrays(path)
     refuse_both(arrays, Path(path), "logits", "logits_test", "logits to calibrate")
     for key in ("logits", "logits_test"):
         if key in arrays:
-            return as_logits(arrays[key], f"{path} [{key}]")
+            logits = as_logits(arrays[key], f"{path} [{key}]")
+            if with_names:
+                return logits, getattr(arrays, "logit_names", None)
+            return logits
     raise CommandError(
         f"{path}: no logits found; expected a bare array or the key logits or "
         f"logits_test (found: {', '.join(sorted(arrays)) or 'nothing'})"

@@ -166,22 +166,47 @@ def read_pt(path):
     for w in caught:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
-    def to_array(value, key):
-        if is_torch_tensor(value) or isinstance(value, np.ndarray):
-            # float16 and bfloat16 become float32, as everywhere else.
-            return to_numpy(value)
-        raise CommandError(
-            f"{path}: {key} is a {type(value).__name__}, expected a tensor"
-        )
-
     if isinstance(content, dict):
-        return {str(k): to_array(v, repr(k)) for k, v in content.items()}
+        # Converted on use, as the members of an .npz: other entries (an
+        # epoch number, a name) are never read.
+        return _PtArrays(path, {str(k): (v, repr(k)) for k, v in content.items()})
     if isinstance(content, (tuple, list)) and len(content) == 2:
         return {
-            "logits": to_array(content[0], "item 0"),
-            "y": to_array(content[1], "item 1"),
+            "logits": _pt_array(path, content[0], "item 0"),
+            "y": _pt_array(path, content[1], "item 1"),
         }
-    return {"logits": to_array(content, "the content")}
+    return {"logits": _pt_array(path, content, "the content")}
+
+
+def _pt_array(path, value, key):
+    """One value of a ``.pt`` file as a numpy array, or a message naming it."""
+    if is_torch_tensor(value) or isinstance(value, np.ndarray):
+        try:
+            # float16 and bfloat16 become float32, as everywhere else.
+            return to_numpy(value)
+        except (TypeError, RuntimeError) as exc:  # a sparse or quantized tensor
+            raise CommandError(
+                f"{path}: {key} cannot be read as an array ({first_line(exc)})"
+            ) from exc
+    raise CommandError(f"{path}: {key} is a {type(value).__name__}, expected a tensor")
+
+
+class _PtArrays(Mapping):
+    """The entries of a ``.pt`` dict, each converted to an array on first use."""
+
+    def __init__(self, path, entries):
+        self._path = path
+        self._entries = entries
+
+    def __iter__(self):
+        return iter(self._entries)
+
+    def __len__(self):
+        return len(self._entries)
+
+    def __getitem__(self, key):
+        value, shown = self._entries[key]
+        return _pt_array(self._path, value, shown)
 
 
 def _pt_refusal(exc):
@@ -275,6 +300,20 @@ def check_table_shape(frame, path):
                 "logit columns, and 'label' or 'y' for the labels), e.g. "
                 "a,b,c,label"
             )
+        # pandas names an empty header cell "Unnamed: i": the row numbers
+        # that DataFrame.to_csv writes first by default, which would be read
+        # as one more logit column (one more class) without a word.
+        unnamed = [
+            i
+            for i, c in enumerate(frame.columns)
+            if re.fullmatch(r"Unnamed: \d+(\.\d+)?", str(c))
+        ]
+        if unnamed:
+            raise CommandError(
+                f"{path}: column {unnamed[0]} has no name in the header row (the "
+                "row numbers that pandas' to_csv writes unless index=False?); "
+                "every column needs a name: drop that column or name it"
+            )
     if frame.shape[0] == 0:
         raise CommandError(
             f"{path}: no data rows (the columns "
@@ -283,8 +322,35 @@ def check_table_shape(frame, path):
         )
 
 
+class TableArrays(dict):
+    """The arrays of a table, with the names of its logit columns."""
+
+    logit_names = None
+
+
+def _logit_block(block):
+    """The logit columns as a float array; a missing value becomes NaN.
+
+    Columns of pandas' nullable dtypes (``Float64``, ``Int64``, ..., read
+    from parquet files written with them) would give an object array, with
+    ``pd.NA`` where a value is missing: they are converted to floats here, so
+    that NaN is reported as such (and a column without missing values is
+    read at all).
+    """
+    if all(isinstance(dtype, np.dtype) for dtype in block.dtypes):
+        return block.to_numpy()
+    dtype = np.result_type(
+        np.float32,
+        *(getattr(d, "numpy_dtype", np.dtype(np.float64)) for d in block.dtypes),
+    )
+    return block.to_numpy(dtype=dtype, na_value=np.nan)
+
+
 def frame_to_arrays(frame, path):
-    """Split a table into logit columns, an optional label and split column."""
+    """Split a table into logit columns, an optional label and split column.
+
+    The result's ``logit_names`` are the logit columns' names, as text.
+    """
     from pandas.api.types import is_bool_dtype, is_numeric_dtype
 
     check_table_shape(frame, path)
@@ -300,10 +366,12 @@ def frame_to_arrays(frame, path):
                 "hold numbers (name the label column 'label' or 'y'; a CSV file "
                 "needs a header row)"
             )
-    logits = frame[logit_columns].to_numpy()
+    logits = _logit_block(frame[logit_columns])
     y = frame[labels].to_numpy() if labels is not None else None
+    arrays = TableArrays()
+    arrays.logit_names = [str(c).strip() for c in logit_columns]
     if split_column is None:
-        arrays = {"logits": logits}
+        arrays["logits"] = logits
         if y is not None:
             arrays["y"] = y
         return arrays
@@ -313,7 +381,6 @@ def frame_to_arrays(frame, path):
         raise CommandError(
             f"{path}: the split column holds {unknown!r}; use 'val' and 'test'"
         )
-    arrays = {}
     for part, (logits_key, y_key) in SPLIT_KEYS.items():
         rows = split == part
         if rows.any():

@@ -497,9 +497,11 @@ def _ambiguous_labels_message(
     """Why the labels cannot be matched to the columns without an explicit list."""
     found = distinct.tolist()
     shown = found if len(found) <= 10 else found[:10] + ["..."]
+    # Booleans are labels of their own (False, True), not column indices.
+    integer = distinct.dtype != bool and _is_integer_labels(distinct)
     if distinct.shape[0] > n_classes:
         outside = ""
-        if _is_integer_labels(distinct):
+        if integer:
             beyond = distinct[(distinct < 0) | (distinct >= n_classes)].tolist()
             outside = f" Integer labels outside [0, {n_classes - 1}]: {beyond[:10]!r}."
         return (
@@ -508,14 +510,12 @@ def _ambiguous_labels_message(
             f"single score column for a binary problem). Got labels {shown!r}."
             + outside
         )
-    if _is_integer_labels(distinct) and (
-        distinct.min() < 0 or distinct.max() >= n_classes
-    ):
+    if integer and (distinct.min() < 0 or distinct.max() >= n_classes):
         where = (
             f"integer labels that are column indices must lie in "
             f"[0, {n_classes - 1}], and these lie outside: {shown!r}"
         )
-    elif _is_integer_labels(distinct):
+    elif integer:
         where = (
             f"integer labels {shown!r} lie in [1, {n_classes - 1}] but lack 0: they "
             "could be 1-based labels with some class absent as well as 0-based "

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from sklearn_calib import TemperatureScaling, cli
+from sklearn_calib.utils._testing import make_logits
 
 from .conftest import assert_usage_error, call, reference_proba, report_json
 
@@ -422,3 +423,151 @@ def test_report_on_masked_logits_equals_the_report_without_the_column(
         for key in ("ece", "adaptive_ece", "nll", "brier", "accuracy"):
             expected = pytest.approx(a[key], rel=tolerance[a["method"]], abs=1e-12)
             assert b[key] == expected, (a["method"], key)
+
+
+def test_columns_named_after_classes_in_another_order(capsys, tmp_path, logits_y):
+    # The header names each logit column's class, not in sorted order: read
+    # in sorted order, every column would be fitted and scored as another
+    # class than its name says (the Python API warns on such a frame).
+    pytest.importorskip("skops")
+    import pandas as pd
+
+    logits, y = logits_y
+    names = np.array(["dog", "ant", "cat", "bee"])
+    frame = pd.DataFrame(logits, columns=names)
+    frame["label"] = names[y]
+    frame.to_csv(tmp_path / "s.csv", index=False)
+    line = assert_usage_error(
+        capsys,
+        ["report", tmp_path / "s.csv", "--methods", "TemperatureScaling"],
+        "named after the classes but in another order",
+        "--classes dog,ant,cat,bee",
+    )
+    assert "column 0 is named 'dog'" in line
+    out = tmp_path / "ts.skops"
+    fit = ["fit", "--method", "TemperatureScaling", "--logits", tmp_path / "s.csv"]
+    assert_usage_error(capsys, [*fit, "-o", out], "in another order")
+    assert not out.exists()
+    # Stated: fitted on the columns as named, equal to the Python API.
+    status, _, err = call(capsys, *fit, "--classes", "dog,ant,cat,bee", "-o", out)
+    assert status == 0, err
+    fitted = cli.load_calibrator(out)
+    reference = TemperatureScaling(device="cpu", classes=names).fit(logits, names[y])
+    assert fitted.temperature_ == pytest.approx(reference.temperature_, rel=1e-7)
+    # apply refuses a table whose columns are the calibrator's classes in
+    # another order, and calibrates one in its order.
+    frame[sorted(names)].to_csv(tmp_path / "sorted.csv", index=False)
+    apply = ["apply", out, "--logits", tmp_path / "sorted.csv"]
+    assert_usage_error(
+        capsys, [*apply, "-o", tmp_path / "p.npy"], "calibrator's classes"
+    )
+    status, _, err = call(
+        capsys, "apply", out, "--logits", tmp_path / "s.csv", "-o", tmp_path / "p.npy"
+    )
+    assert status == 0, err
+    np.testing.assert_allclose(
+        np.load(tmp_path / "p.npy"), reference.predict_proba(logits), rtol=1e-6
+    )
+
+
+def test_parquet_of_nullable_dtypes(capsys, tmp_path, logits_y):
+    # pandas' nullable dtypes (Float64, Int64) gave an object array: the file
+    # was refused as not numbers, and a missing value was not named as NaN.
+    pytest.importorskip("pyarrow")
+    pytest.importorskip("skops")
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd")).astype("Float64")
+    frame["b"] = frame["b"].round().astype("Int64")
+    frame["label"] = y
+    frame.to_parquet(tmp_path / "n.parquet")
+    out = tmp_path / "ts.skops"
+    args = ["fit", "--method", "TemperatureScaling", "-o", out]
+    status, _, err = call(capsys, *args, "--logits", tmp_path / "n.parquet")
+    assert status == 0, err
+    expected = logits.copy()
+    expected[:, 1] = np.round(expected[:, 1])
+    reference = TemperatureScaling(device="cpu").fit(expected, y)
+    fitted = cli.load_calibrator(out)
+    assert fitted.temperature_ == pytest.approx(reference.temperature_, rel=1e-7)
+    frame.loc[5, "c"] = pd.NA
+    frame.to_parquet(tmp_path / "na.parquet")
+    assert_usage_error(
+        capsys,
+        [*args, "--overwrite", "--logits", tmp_path / "na.parquet"],
+        "logits contain NaN",
+        "row 5",
+    )
+
+
+def test_missing_string_label_in_parquet(capsys, tmp_path, logits_y):
+    # A missing value of a string column is pd.NA, whose comparison has no
+    # truth value: the message was pandas' "boolean value of NA is ambiguous".
+    pytest.importorskip("pyarrow")
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame["label"] = pd.array(np.array(list("pqrs"))[y], dtype="string")
+    frame.loc[4, "label"] = pd.NA
+    frame.to_parquet(tmp_path / "s.parquet")
+    assert_usage_error(
+        capsys, ["report", tmp_path / "s.parquet"], "s.parquet [y]", "missing values"
+    )
+    frame[["label"]].to_parquet(tmp_path / "y.parquet")
+    np.save(tmp_path / "l.npy", logits)
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "l.npy", "--labels", tmp_path / "y.parquet"],
+        "missing values",
+    )
+
+
+def test_pt_dict_entries_other_than_the_arrays_are_not_read(capsys, tmp_path):
+    # Like the members of an .npz, the entries of a .pt dict that the command
+    # does not use are not read: an epoch number refused the whole file.
+    torch = pytest.importorskip("torch")
+    logits, y = make_logits(n_samples=60, n_classes=3, seed=0)
+    torch.save(
+        {
+            "logits": torch.from_numpy(logits),
+            "y": torch.from_numpy(y),
+            "epoch": 12,
+            "weights": torch.zeros(3, 3).to_sparse(),
+        },
+        tmp_path / "c.pt",
+    )
+    report = report_json(capsys, tmp_path / "c.pt", "--methods", "temp", "--cv", "2")
+    assert report["n_samples_val"] == 60
+    # An entry that is used and is no array is named, a sparse tensor too.
+    torch.save({"logits": torch.from_numpy(logits), "y": 3}, tmp_path / "i.pt")
+    assert_usage_error(capsys, ["report", tmp_path / "i.pt"], "'y' is a int")
+    torch.save(
+        {"logits": torch.from_numpy(logits).to_sparse(), "y": torch.from_numpy(y)},
+        tmp_path / "s.pt",
+    )
+    assert_usage_error(
+        capsys, ["report", tmp_path / "s.pt"], "s.pt: 'logits' cannot be read"
+    )
+
+
+def test_csv_with_an_unnamed_index_column(capsys, tmp_path, logits_y):
+    # DataFrame.to_csv writes the row numbers first, under an empty header
+    # cell, unless index=False: they were read as one more logit column, and
+    # integer labels 0..3 then fitted five classes without a word.
+    import pandas as pd
+
+    logits, y = logits_y
+    frame = pd.DataFrame(logits, columns=list("abcd"))
+    frame["label"] = y
+    frame.to_csv(tmp_path / "i.csv")
+    assert_usage_error(
+        capsys,
+        ["report", tmp_path / "i.csv", "--methods", "temp"],
+        "column 0 has no name",
+        "index=False",
+    )
+    frame.to_csv(tmp_path / "n.csv", index=False)
+    report = report_json(capsys, tmp_path / "n.csv", "--methods", "temp")
+    assert report["n_classes"] == 4
