@@ -806,3 +806,30 @@ def test_hosmer_lemeshow_without_degrees_of_freedom_warns():
     w[7] = 1.0
     with pytest.warns(UserWarning, match="1 non-empty group"):
         assert np.isnan(hosmer_lemeshow_test(y, p, sample_weight=w).pvalue)
+
+
+def test_hosmer_lemeshow_external_validation_has_g_degrees_of_freedom():
+    # Calibrated predictions of a model fitted elsewhere: y ~ Bernoulli(p).
+    # Their statistic follows chi-square with g degrees of freedom; with
+    # g - 2 (the default, for a model fitted on these samples) a test at 5 %
+    # rejects far more often.
+    rng = np.random.default_rng(0)
+    rejected = {False: 0, True: 0}
+    n_draws = 1000
+    for _ in range(n_draws):
+        p = rng.beta(2.0, 5.0, size=500)
+        y = rng.uniform(size=500) < p
+        for external in (False, True):
+            result = hosmer_lemeshow_test(y, p, external=external)
+            assert result.dof == (10 if external else 8)
+            rejected[external] += result.pvalue < 0.05
+    assert 0.03 < rejected[True] / n_draws < 0.075
+    assert rejected[False] / n_draws > 0.08
+    # the same statistic, and the report's row
+    p = rng.beta(2.0, 5.0, size=500)
+    y = rng.uniform(size=500) < p
+    internal, external = (hosmer_lemeshow_test(y, p, external=e) for e in (False, True))
+    assert internal.statistic == external.statistic
+    assert external.pvalue == pytest.approx(stats.chi2.sf(external.statistic, 10))
+    frame = validation_report(y, p, external=True).to_frame()
+    assert "Hosmer-Lemeshow (chi2, 10 df)" in frame.index

@@ -189,6 +189,7 @@ def _row(statistic, value, low=np.nan, high=np.nan, pvalue=np.nan, note=""):
         "lowess": ["boolean", None],
         "sample_weight": ["array-like", None],
         "labels": ["array-like", None],
+        "external": ["boolean"],
     },
     prefer_skip_nested_validation=True,
 )
@@ -205,6 +206,7 @@ def validation_report(
     lowess=None,
     sample_weight=None,
     labels=None,
+    external=False,
 ):
     """Validation statistics of a binary prediction model, as guidelines report them.
 
@@ -246,6 +248,10 @@ def validation_report(
         Non-negative weights (relative; see :func:`logistic_calibration`).
     labels : array-like of shape (n_classes,), default=None
         The class of each column of ``y_prob``.
+    external : bool, default=False
+        Whether the predictions come from a model not fitted on these
+        samples: the Hosmer-Lemeshow row then has as many degrees of freedom
+        as groups, not two fewer (see :func:`hosmer_lemeshow_test`).
 
     Returns
     -------
@@ -300,7 +306,7 @@ def validation_report(
     auc = roc_auc_score(y, p, sample_weight=weights)
     cox = _cox_one(p, y, weights, joint)
     spiegelhalter = _spiegelhalter_one(p, y, weights)
-    hosmer = _hosmer_lemeshow_one(p, y, weights, n_groups)
+    hosmer = _hosmer_lemeshow_one(p, y, weights, n_groups, external)
     binned = calibration_curve(
         y, p, n_bins=n_bins, strategy="quantile", multiclass="classwise",
         sample_weight=w, labels=[False, True], interval=bin_interval,
