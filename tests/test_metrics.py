@@ -767,6 +767,33 @@ def test_bootstrap_batches_equal_resampled_rows(metric, params):
         )
 
 
+@pytest.mark.parametrize(
+    "metric, params", BATCHED, ids=[m.__name__ for m, _ in BATCHED]
+)
+def test_bootstrap_resamples_without_weight_are_nan(metric, params):
+    # One row of five weighs anything: a resample that misses it has no
+    # metric. The batched MCE and smooth ECE read 0 off its empty sums (an
+    # interval reaching down to 0 for a value of 0.4), the others NaN with a
+    # numpy warning, and the row-by-row path raised 'zero for every sample'.
+    y = np.array([0, 1, 1, 0, 1])
+    proba = np.array([0.2, 0.7, 0.9, 0.4, 0.6])
+    weights = np.array([0.0, 0.0, 0.0, 0.0, 1.0])
+
+    def plain(y_true, y_prob, **kwargs):
+        return metric(y_true, y_prob, **kwargs)
+
+    common = dict(n_resamples=60, random_state=0, sample_weight=weights, labels=[0, 1])
+    batched = bootstrap_interval(metric, y, proba, **common, **params)
+    looped = bootstrap_interval(plain, y, proba, **common, **params)
+    empty = np.isnan(batched.resamples)
+    assert 0 < empty.sum() < 60
+    np.testing.assert_allclose(batched.resamples, looped.resamples, rtol=1e-9)
+    # Every resample that drew the row scores that row alone.
+    np.testing.assert_allclose(batched.resamples[~empty], batched.value, rtol=1e-9)
+    assert batched.low == pytest.approx(batched.value, rel=1e-9)
+    assert batched.high == pytest.approx(batched.value, rel=1e-9)
+
+
 def test_bootstrap_interval_properties():
     proba, y = make_probabilities(400, 4, seed=22)
     first = bootstrap_interval(expected_calibration_error, y, proba, random_state=3)

@@ -81,7 +81,8 @@ class BootstrapInterval(NamedTuple):
     low, high : float
         The percentile interval of the resampled values.
     resamples : ndarray of shape (n_resamples,)
-        The metric on each bootstrap resample.
+        The metric on each bootstrap resample; NaN for a resample that drew
+        only rows of zero weight (left out of ``low`` and ``high``).
     """
 
     value: float
@@ -192,7 +193,7 @@ def bootstrap_interval(
         n_samples = y_codes.shape[0]
         resampled = np.concatenate(
             [
-                evaluate(weights)
+                _evaluate_drawn(evaluate, weights)
                 for weights in resample_weights(
                     n_samples, n_resamples, random_state, sample_weight
                 )
@@ -205,6 +206,21 @@ def bootstrap_interval(
     alpha = (1 - confidence_level) / 2
     low, high = np.nanquantile(resampled, [alpha, 1 - alpha])
     return BootstrapInterval(value, float(low), float(high), resampled)
+
+
+def _evaluate_drawn(evaluate, weights):
+    """The batched metric on each resample; NaN where it drew no weight.
+
+    A resample whose drawn rows all weigh 0 has no metric (the metrics
+    refuse weights that are all zero): its value is NaN, as in the generic
+    path, instead of whatever the reduction makes of empty sums (0 for the
+    MCE and the smooth ECE).
+    """
+    drawn = weights.sum(axis=1) > 0
+    values = np.full(weights.shape[0], np.nan)
+    if np.any(drawn):
+        values[drawn] = evaluate(weights[drawn])
+    return values
 
 
 def _resample_generic(
@@ -222,5 +238,9 @@ def _resample_generic(
             params = dict(common)
             if sample_weight is not None:
                 params["sample_weight"] = sample_weight[rows]
+                if not np.sum(params["sample_weight"]) > 0:
+                    # No weight drawn: no metric (NaN, as in the batched path).
+                    values.append(np.nan)
+                    continue
             values.append(metric(y_true[rows], y_prob[rows], **params, **metric_params))
     return np.asarray(values, dtype=np.float64)
