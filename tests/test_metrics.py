@@ -794,6 +794,45 @@ def test_bootstrap_resamples_without_weight_are_nan(metric, params):
     assert batched.high == pytest.approx(batched.value, rel=1e-9)
 
 
+def test_bootstrap_row_by_row_keeps_the_columns_of_the_full_data():
+    # The debiased error (not batched) is called on the drawn rows; a
+    # resample without the rare class 0 has labels 1..2 for three columns,
+    # which the metrics call ambiguous: the interval raised on data whose
+    # value computes (CIFAR-100, 500 rows: every resample lacks a class).
+    from sklearn_calib.metrics import debiased_calibration_error
+
+    proba, y = make_probabilities(60, 3, seed=23)
+    y[y == 0] = 1
+    y[0] = 0
+    names = np.array(["ant", "bee", "cat"])
+    for labels, y_true in ((None, y), ([0, 1, 2], y), (None, names[y])):
+        interval = bootstrap_interval(
+            debiased_calibration_error,
+            y_true,
+            proba,
+            n_resamples=30,
+            random_state=0,
+            labels=labels,
+        )
+        stated = bootstrap_interval(
+            debiased_calibration_error,
+            names[y],
+            proba,
+            n_resamples=30,
+            random_state=0,
+            labels=names,
+        )
+        np.testing.assert_array_equal(interval.resamples, stated.resamples)
+    # scikit-learn's log loss takes labels= too (a binary column; a resample
+    # of one label raised scikit-learn's 'contains only one label').
+    y_binary = np.where(np.arange(40) < 2, 5, 6)
+    positive = np.linspace(0.1, 0.9, 40)
+    binary = bootstrap_interval(
+        sklearn_log_loss, y_binary, positive, n_resamples=30, random_state=0
+    )
+    assert np.all(np.isfinite(binary.resamples))
+
+
 def test_bootstrap_interval_properties():
     proba, y = make_probabilities(400, 4, seed=22)
     first = bootstrap_interval(expected_calibration_error, y, proba, random_state=3)

@@ -8,6 +8,7 @@ a whole slab at once (its binning, confidences and per-sample losses are
 computed once). Any other metric is called once per resample on the drawn rows.
 """
 
+import inspect
 from functools import partial
 from numbers import Integral, Real
 from typing import NamedTuple
@@ -145,7 +146,10 @@ def bootstrap_interval(
         Weights of the rows, passed to the metric (multiplied by the counts of
         each resample).
     labels : array-like of shape (n_classes,), default=None
-        The class of each column of ``y_prob``, passed to the metric.
+        The class of each column of ``y_prob``, passed to the metric. When
+        None, a metric that takes ``labels`` and is called on the drawn rows
+        gets the classes read from the full data, so that a resample lacking
+        a class scores the same columns.
     random_state : int, RandomState instance or None, default=None
         Seeds the resampling; an int gives the same interval on every run.
     **metric_params : dict
@@ -200,12 +204,39 @@ def bootstrap_interval(
             ]
         )
     else:
+        if labels is None and _takes_labels(metric):
+            # The classes of the full data: a resample that lacks a class
+            # scores the same columns, instead of raising that its labels
+            # are ambiguous (0-based labels without 0, too few strings).
+            classes = _data_classes(y_true, y_prob)
+            if classes is not None:
+                common["labels"] = classes
         resampled = _resample_generic(
             metric, y_true, y_prob, common, metric_params, n_resamples, random_state
         )
     alpha = (1 - confidence_level) / 2
     low, high = np.nanquantile(resampled, [alpha, 1 - alpha])
     return BootstrapInterval(value, float(low), float(high), resampled)
+
+
+def _takes_labels(metric):
+    """Whether ``metric`` has a ``labels`` parameter."""
+    try:
+        return "labels" in inspect.signature(metric).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _data_classes(y_true, y_prob):
+    """The class of each column as the metrics read the full data, or None.
+
+    None where the data are not labels and probabilities in the metrics'
+    sense (a custom metric's own inputs): nothing is passed then.
+    """
+    try:
+        return check_metric_inputs(y_true, y_prob)[3]
+    except (TypeError, ValueError):
+        return None
 
 
 def _evaluate_drawn(evaluate, weights):
