@@ -833,6 +833,34 @@ def test_bootstrap_row_by_row_keeps_the_columns_of_the_full_data():
     assert np.all(np.isfinite(binary.resamples))
 
 
+@pytest.mark.parametrize("scale", [2.0**-1000, 2.0**-60, 2.0**1012])
+def test_bootstrap_equal_mass_edges_ignore_the_weights_scale(scale):
+    # The equal-mass edges of a slab of resamples were searched on rows
+    # flattened with an offset of (largest cumulative weight + 1) per row:
+    # cumulative weights far below 1 vanished under it (resampled adaptive
+    # ECEs 0.23 off at 2**-1000) and huge ones overflowed it to inf, so the
+    # batched resamples no longer equalled the row-by-row ones or those of
+    # unscaled weights.
+    proba, y = make_probabilities(120, 3, seed=24)
+    weights = np.random.default_rng(25).integers(1, 4, size=120).astype(float)
+
+    def plain(y_true, y_prob, **kwargs):
+        return adaptive_calibration_error(y_true, y_prob, **kwargs)
+
+    common = dict(n_resamples=50, random_state=0, n_bins=8)
+    unscaled = bootstrap_interval(
+        adaptive_calibration_error, y, proba, sample_weight=weights, **common
+    )
+    scaled = bootstrap_interval(
+        adaptive_calibration_error, y, proba, sample_weight=weights * scale, **common
+    )
+    looped = bootstrap_interval(
+        plain, y, proba, sample_weight=weights * scale, **common
+    )
+    np.testing.assert_allclose(scaled.resamples, looped.resamples, rtol=1e-9)
+    np.testing.assert_allclose(scaled.resamples, unscaled.resamples, rtol=1e-9)
+
+
 def test_bootstrap_interval_properties():
     proba, y = make_probabilities(400, 4, seed=22)
     first = bootstrap_interval(expected_calibration_error, y, proba, random_state=3)

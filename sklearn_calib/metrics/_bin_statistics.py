@@ -108,17 +108,17 @@ def slabs(n_rows, n_cols):
 
 
 def _rowwise_searchsorted(rows, values):
-    """``searchsorted(rows[r], values[r], side="left")`` for every row at once.
+    """``searchsorted(rows[r], values[r], side="left")`` for every row.
 
-    ``rows`` (non-decreasing along axis 1) and ``values`` are non-negative; an
-    offset per row larger than any entry makes the flattened rows one sorted
-    array. Row 0 gets no offset, so a single row is searched exactly.
+    One search per row: flattening the rows into one sorted array by adding
+    an offset per row rounded the sums, so weights far below 1 (cumulative
+    weights lost under an offset of 1) or weights whose offsets overflowed
+    moved the edges of bootstrap resamples.
     """
-    n_rows, n_cols = rows.shape
-    span = max(float(rows.max(initial=0.0)), float(values.max(initial=0.0))) + 1.0
-    offset = span * np.arange(n_rows)[:, None]
-    found = np.searchsorted((rows + offset).ravel(), (values + offset).ravel())
-    return found.reshape(values.shape) - n_cols * np.arange(n_rows)[:, None]
+    found = np.empty(values.shape, dtype=np.intp)
+    for r in range(rows.shape[0]):
+        found[r] = np.searchsorted(rows[r], values[r])
+    return found
 
 
 class BinStatistics(NamedTuple):
