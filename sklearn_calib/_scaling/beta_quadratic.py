@@ -8,7 +8,8 @@ regression with three parameters, solved by Newton's method in float64 numpy.
 
 A row with a masked logit (``-inf``: probability exactly 0) is a certain
 prediction: it carries no information about the map, is left out of the fit,
-and keeps its probability 0 for the masked class.
+and keeps its probability 0 for the masked class; a row labelled with its
+masked class is refused (its NLL is infinite under every map).
 """
 
 import functools
@@ -30,6 +31,7 @@ from ..utils._fitted_state import (
     fail_state,
 )
 from ..utils._math import armijo_step
+from ..utils._validation import check_true_class_unmasked
 from .affine import SEPARATED_LOSS
 
 
@@ -235,9 +237,15 @@ def _warn_if_separated(name, fit, stacklevel=5, *, separated=False):
 
 
 def _unmasked_rows(logits, score, y, sample_weight, name):
-    """Rows without a masked (-inf) logit, as fit data."""
+    """Rows without a masked (-inf) logit, as fit data.
+
+    A row of positive weight whose true class is masked has an infinite NLL
+    under every map: a ``ValueError`` names it, as for the other likelihood
+    fits.
+    """
     unmasked = ~np.any(logits == -np.inf, axis=1)
     if not unmasked.all():
+        check_true_class_unmasked(logits, y, sample_weight)
         score, y, sample_weight = score[unmasked], y[unmasked], sample_weight[unmasked]
         if not np.any(sample_weight > 0):
             raise ValueError(
@@ -383,7 +391,8 @@ class BetaCalibration(_BinaryLogisticMap):
     ``c + a ln m - b ln(1 - m) = 0``.
 
     A row with a masked score (a ``-inf`` logit) keeps its certain prediction
-    and is left out of the fit.
+    and is left out of the fit, unless its label is the masked class (a
+    ``ValueError`` names the row).
 
     References
     ----------
@@ -561,7 +570,8 @@ class QuadraticScaling(_BinaryLogisticMap):
     clipped to a quarter of the largest finite value of the logits' dtype, so
     an extreme score never gives an infinite logit. A row with a masked score
     (a ``-inf`` logit) keeps its certain prediction and is left out of the
-    fit.
+    fit, unless its label is the masked class (a ``ValueError`` names the
+    row).
 
     References
     ----------

@@ -194,6 +194,28 @@ def test_beta_masked_rows_are_certain_and_left_out():
     np.testing.assert_array_equal(proba, [[1.0, 0.0], [0.0, 1.0]])
 
 
+@pytest.mark.parametrize("cls", [BetaCalibration, QuadraticScaling])
+def test_masked_true_class_is_refused_by_row(cls):
+    # A row labelled with its masked class has an infinite NLL under every
+    # map: it was left out silently, where PlattScaling (the case a = b of
+    # beta calibration) and every other likelihood fit raise.
+    s, y = _scores(n=200, seed=4)
+    logits = np.column_stack([np.zeros_like(s), s])
+    row = int(np.flatnonzero(y == 1)[3])
+    logits[row, 1] = -np.inf
+    match = f"Sample {row} is labelled with a class whose"
+    with pytest.raises(ValueError, match=match):
+        cls().fit(logits, y)
+    with pytest.raises(ValueError, match=match):
+        cls().fit(logits[:, 1:], y)  # a score column of -inf
+    # With zero weight the row counts for nothing: the same fit as without it.
+    weights = np.ones(len(y))
+    weights[row] = 0.0
+    zero = cls().fit(logits, y, sample_weight=weights)
+    dropped = cls().fit(np.delete(logits, row, axis=0), np.delete(y, row))
+    np.testing.assert_array_equal(zero.coef_, dropped.coef_)
+
+
 def test_beta_calibrated_logits_keep_masked_probability_zero():
     s, y = _scores(n=500, seed=4)
     beta = BetaCalibration().fit(s[:, None], y)
