@@ -617,7 +617,9 @@ class QuadraticScaling(_BinaryLogisticMap):
             separated=scores_separate(score, y, sample_weight, "quadratic"),
         )
         self.scaled_coef_ = fit.coef
-        with np.errstate(under="ignore"):  # b may underflow; scaled_coef_ is exact
+        # b may underflow (huge scores) or a, b overflow (tiny ones, as the
+        # state check allows); predictions use scaled_coef_, which is exact.
+        with np.errstate(under="ignore", over="ignore"):
             self.coef_ = (
                 fit.coef / self.score_scale_ / np.array([1.0, self.score_scale_])
             )

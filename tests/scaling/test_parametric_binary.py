@@ -387,6 +387,24 @@ def test_scores_separate_matches_a_linear_program(family):
         assert scores_separate(s, y, np.ones(n), family) == expected, (s, y)
 
 
+def test_quadratic_tiny_scores_fit_without_numpy_warnings():
+    # Scores near 1e-300: coef_ = scaled_coef_ / (scale, scale**2) overflows
+    # to inf (documented, and accepted by the state check), but numpy's
+    # "overflow encountered in divide" RuntimeWarning leaked from fit.
+    s, y = _scores(n=300, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = QuadraticScaling().fit(s[:, None] * 1e-300, y)
+    plain = QuadraticScaling().fit(s[:, None], y)
+    assert np.isinf(tiny.coef_[1])
+    np.testing.assert_allclose(tiny.scaled_coef_, plain.scaled_coef_, rtol=1e-6)
+    np.testing.assert_allclose(
+        tiny.predict_proba(s[:5, None] * 1e-300),
+        plain.predict_proba(s[:5, None]),
+        rtol=1e-6,
+    )
+
+
 def test_quadratic_refuses_multiclass():
     rng = np.random.default_rng(0)
     with pytest.raises(ValueError, match="Only binary"):
