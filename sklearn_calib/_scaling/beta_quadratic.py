@@ -8,10 +8,12 @@ regression with three parameters, solved by Newton's method in float64 numpy.
 
 A row with a masked logit (``-inf``: probability exactly 0) is a certain
 prediction: it carries no information about the map, is left out of the fit,
-and keeps its probability 0 for the masked class.
+and keeps its probability 0 for the masked class; a row labelled with its
+masked class is refused (its NLL is infinite under every map).
 """
 
 import functools
+import re
 import warnings
 from dataclasses import dataclass
 from numbers import Integral, Real
@@ -29,6 +31,7 @@ from ..utils._fitted_state import (
     fail_state,
 )
 from ..utils._math import armijo_step
+from ..utils._validation import check_true_class_unmasked
 from .affine import SEPARATED_LOSS
 
 
@@ -163,17 +166,67 @@ def _warn_if_unconverged(name, fit, tol, max_iter):
         )
 
 
-def _warn_if_separated(name, fit, stacklevel=5):
+# Label patterns of the distinct scores, in increasing order, whose NLL has no
+# finite optimum ("P": only positives at the score, "N": only negatives, "M":
+# both; "." is one score where the map's logit is 0, any labels): a map
+# non-decreasing in s (beta calibration: N*.?P*), and the sign patterns of a
+# polynomial of degree at most 2 (quadratic scaling: one class outside an
+# interval, the other inside, each end on a score or between two).
+_SEPARABLE_PATTERNS = {
+    "monotone": re.compile(r"N*.?P*"),
+    "quadratic": re.compile(r"P*.?N*.?P*|N*.?P*.?N*"),
+}
+
+
+def scores_separate(score, y, weights, family):
+    """Whether the map family separates the samples, ties included.
+
+    Exact, from the order of the scores: the (weighted) NLL of the family
+    ``"monotone"`` (beta calibration, whose logit ``c + a ln p - b ln(1 - p)``
+    with ``a, b >= 0`` is constant or strictly increasing in ``s``) or
+    ``"quadratic"`` (``c + a s + b s^2``) has no finite optimum exactly when a
+    map of the family that is not 0 on every sample has the sign of each
+    sample's label or is 0 there (complete or quasi-complete separation):
+    along it the loss decreases for ever. Rows of zero weight are left out.
+    """
+    keep = weights > 0
+    score, y = score[keep], y[keep]
+    values, codes = np.unique(score, return_inverse=True)
+    codes = codes.reshape(-1)
+    has_positive = np.zeros(values.shape[0], dtype=bool)
+    has_negative = np.zeros(values.shape[0], dtype=bool)
+    has_positive[codes[y == 1]] = True
+    has_negative[codes[y == 0]] = True
+    if (has_positive & has_negative).all():
+        return False  # every score is a root of the map: no direction
+    states = np.where(has_positive, np.where(has_negative, "M", "P"), "N")
+    # A run of one state longer than 3 matches as a run of 3 (a "." takes at
+    # most one score from either end of it): the pattern stays short.
+    change = np.flatnonzero(states[1:] != states[:-1]) + 1
+    starts = np.concatenate([[0], change])
+    lengths = np.diff(np.concatenate([starts, [states.shape[0]]]))
+    text = "".join(
+        state * min(int(length), 3)
+        for state, length in zip(states[starts], lengths, strict=True)
+    )
+    return _SEPARABLE_PATTERNS[family].fullmatch(text) is not None
+
+
+def _warn_if_separated(name, fit, stacklevel=5, *, separated=False):
     """A UserWarning where the fitted map separates the calibration samples.
 
     The NLL then has no finite optimum: Newton's method meets the gradient
     tolerance on its way to infinity, at a point that says nothing about new
-    scores (as for the affine maps, see ``SEPARATED_LOSS``).
+    scores (as for the affine maps, see ``SEPARATED_LOSS``). ``separated``
+    is the exact check of :func:`scores_separate`, which also catches ties
+    at the boundary (a loss that stays above ``SEPARATED_LOSS``) and a loose
+    ``tol``.
     """
-    if fit.loss < SEPARATED_LOSS:
+    if separated or fit.loss < SEPARATED_LOSS:
         warnings.warn(
             f"{name}: the calibrated logits separate the calibration samples "
-            f"(mean NLL {max(fit.loss, 0.0):.1e} on them), so the likelihood has "
+            "(where the scores are not tied at the boundary; mean NLL "
+            f"{max(fit.loss, 0.0):.1e} on them), so the likelihood has "
             "no finite optimum and the fit stopped on a ray where it was still "
             "improving; its predictions on new data are overconfident and "
             "depend on where it stopped. Use PlattScaling (smoothed targets) or "
@@ -184,9 +237,15 @@ def _warn_if_separated(name, fit, stacklevel=5):
 
 
 def _unmasked_rows(logits, score, y, sample_weight, name):
-    """Rows without a masked (-inf) logit, as fit data."""
+    """Rows without a masked (-inf) logit, as fit data.
+
+    A row of positive weight whose true class is masked has an infinite NLL
+    under every map: a ``ValueError`` names it, as for the other likelihood
+    fits.
+    """
     unmasked = ~np.any(logits == -np.inf, axis=1)
     if not unmasked.all():
+        check_true_class_unmasked(logits, y, sample_weight)
         score, y, sample_weight = score[unmasked], y[unmasked], sample_weight[unmasked]
         if not np.any(sample_weight > 0):
             raise ValueError(
@@ -226,12 +285,12 @@ class _BinaryLogisticMap(BaseCalibrator):
         tags.classifier_tags.multi_class = False
         return tags
 
-    def _solve(self, features, y, sample_weight):
+    def _solve(self, features, y, sample_weight, *, separated):
         fit = fit_logistic(
             features, y, sample_weight, tol=self.tol, max_iter=self.max_iter
         )
         _warn_if_unconverged(type(self).__name__, fit, self.tol, self.max_iter)
-        _warn_if_separated(type(self).__name__, fit, stacklevel=6)
+        _warn_if_separated(type(self).__name__, fit, stacklevel=6, separated=separated)
         return fit
 
     def _calibrated_logits(self, logits):
@@ -322,15 +381,18 @@ class BetaCalibration(_BinaryLogisticMap):
     uses the exact log-probabilities. The tests match betacal's parameters
     and probabilities on real and random scores.
 
-    Scores that separate the classes leave the likelihood without a finite
+    Scores that separate the classes (every negative at most every positive,
+    ties at the boundary allowed) leave the likelihood without a finite
     optimum: the solve stops on the gradient tolerance with a ``UserWarning``
-    (the calibrated logits separate the calibration samples).
+    (the calibrated logits separate the calibration samples), whatever
+    ``tol``.
 
     The midpoint ``m`` of the paper (the ``p`` mapped to 1/2) solves
     ``c + a ln m - b ln(1 - m) = 0``.
 
     A row with a masked score (a ``-inf`` logit) keeps its certain prediction
-    and is left out of the fit.
+    and is left out of the fit, unless its label is the masked class (a
+    ``ValueError`` names the row).
 
     References
     ----------
@@ -392,7 +454,11 @@ class BetaCalibration(_BinaryLogisticMap):
                 break  # the unconstrained optimum is feasible: it is the optimum
         fit, coef = best
         _warn_if_unconverged(name, fit, self.tol, self.max_iter)
-        _warn_if_separated(name, fit)
+        _warn_if_separated(
+            name,
+            fit,
+            separated=scores_separate(score, y, sample_weight, "monotone"),
+        )
         self.coef_ = coef
         self.intercept_ = np.array([fit.intercept])
         self.n_iter_ = fit.n_iter
@@ -497,13 +563,15 @@ class QuadraticScaling(_BinaryLogisticMap):
 
     Notes
     -----
-    Without a penalty the optimum may lie at infinity (scores whose square
-    separates the classes); the solver then stops on the gradient tolerance
-    or on ``max_iter``, with a warning either way. Calibrated logits are
+    Without a penalty the optimum may lie at infinity (an interval of scores
+    that holds one class, the other outside, ties at its ends allowed); the
+    solver then stops on the gradient tolerance or on ``max_iter``, with a
+    warning either way. Calibrated logits are
     clipped to a quarter of the largest finite value of the logits' dtype, so
     an extreme score never gives an infinite logit. A row with a masked score
     (a ``-inf`` logit) keeps its certain prediction and is left out of the
-    fit.
+    fit, unless its label is the masked class (a ``ValueError`` names the
+    row).
 
     References
     ----------
@@ -542,9 +610,16 @@ class QuadraticScaling(_BinaryLogisticMap):
         largest = float(np.max(np.abs(score), initial=0.0))
         self.score_scale_ = largest if largest > 0 else 1.0
         u = score / self.score_scale_
-        fit = self._solve(np.column_stack([u, u * u]), y, sample_weight)
+        fit = self._solve(
+            np.column_stack([u, u * u]),
+            y,
+            sample_weight,
+            separated=scores_separate(score, y, sample_weight, "quadratic"),
+        )
         self.scaled_coef_ = fit.coef
-        with np.errstate(under="ignore"):  # b may underflow; scaled_coef_ is exact
+        # b may underflow (huge scores) or a, b overflow (tiny ones, as the
+        # state check allows); predictions use scaled_coef_, which is exact.
+        with np.errstate(under="ignore", over="ignore"):
             self.coef_ = (
                 fit.coef / self.score_scale_ / np.array([1.0, self.score_scale_])
             )

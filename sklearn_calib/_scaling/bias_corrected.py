@@ -196,9 +196,7 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
     # the biases alone move (the bound's KKT condition: grad[0] >= 0).
     biases_only = basis[:, 1:]
     while True:
-        free_basis = (
-            biases_only if theta[0] <= _MIN_SCALE and grad[0] > 0 else basis
-        )
+        free_basis = biases_only if theta[0] <= _MIN_SCALE and grad[0] > 0 else basis
         reduced = free_basis.T @ grad[index]
         # The gradient in the constraint subspace, back in parameter units.
         projected = np.abs(free_basis @ reduced).max()
@@ -252,6 +250,78 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
                 theta, beta0, loss, projected, n_iter, "overflow", absent
             )
     return _bcts_result(theta, beta0, loss, projected, n_iter, status, absent)
+
+
+def scale_and_biases_separate(logits, y, weights):
+    """Whether ``beta z + b`` separates the samples as ``beta`` grows, ties included.
+
+    Exact where every class has a sample of positive weight (otherwise
+    ``False``: the absent classes' biases are held, and the loss criterion
+    alone applies). The NLL has no finite optimum in ``beta`` (kept above its
+    bound) and ``b`` exactly when some ``b`` makes every sample's true class
+    score at least as high as every other unmasked class under ``z + b``,
+    strictly for one (complete or quasi-complete separation): along
+    ``(beta, b beta)`` the loss then decreases for ever. The conditions
+    ``b_k - b_j <= w_jk``, with ``w_jk`` the least ``z_j - z_k`` over the
+    samples of class ``j``, are difference constraints: feasible exactly when
+    the graph of the ``w_jk`` has no negative cycle (Floyd-Warshall, reached
+    only when no pair of classes overlaps and ``b = 0`` does not already
+    separate; skipped, ``False``, above ``_MAX_CLASSES`` classes); with
+    ``beta`` fixed (its direction 0) they are feasible, and strict somewhere
+    where masks leave a class that a class it sees does not reach back.
+    """
+    keep = weights > 0
+    logits, y = logits[keep], y[keep]
+    n_classes = logits.shape[1]
+    counts = np.bincount(y, minlength=n_classes)
+    if not (counts > 0).all():
+        return False
+    order = np.argsort(y, kind="stable")
+    least = np.full((n_classes, n_classes), np.inf)
+    # The largest finite difference: a class whose differences vary has a
+    # sample with slack in each pair (masked entries, +inf, have none).
+    most = np.full((n_classes, n_classes), -np.inf)
+    for block in row_blocks(*logits.shape):
+        rows = order[block]
+        z = logits[rows].astype(np.float64)
+        codes = y[rows]
+        with np.errstate(invalid="ignore"):
+            gaps = z[np.arange(z.shape[0]), codes][:, None] - z
+        starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+        own = codes[starts]  # distinct: the rows are sorted by class
+        least[own] = np.minimum(least[own], np.minimum.reduceat(gaps, starts))
+        finite = np.where(np.isfinite(gaps), gaps, -np.inf)
+        most[own] = np.maximum(most[own], np.maximum.reduceat(finite, starts))
+    np.fill_diagonal(least, 0.0)
+    # beta fixed (a direction of the biases alone): b_k <= b_j wherever a
+    # sample of class j sees class k unmasked. Strict somewhere unless every
+    # such pair reaches back (masks can leave a class that no other class's
+    # samples see, whose bias then grows for ever).
+    seen = np.isfinite(least)
+    if not seen.all() and n_classes <= _MAX_CLASSES:
+        reach = seen.copy()
+        for k in range(n_classes):
+            reach |= reach[:, k : k + 1] & reach[k : k + 1]
+        if np.any(seen & ~reach.T):
+            return True
+    if np.any(least + least.T < 0):
+        return False  # two classes overlap: a negative cycle of two edges
+    if np.all(least >= 0) and np.any(most > least):
+        return True  # b = 0: the logits themselves rank every true class first
+    if n_classes > _MAX_CLASSES:
+        return False  # K^3 work: the loss criterion alone
+    distance = least.copy()
+    for k in range(n_classes):
+        np.minimum(distance, distance[:, k : k + 1] + distance[k : k + 1], out=distance)
+    if np.any(np.diag(distance) < 0):
+        return False
+    if np.any(most > least):
+        return True
+    # Every sample of a class has the same gaps: strict somewhere unless each
+    # edge lies on a cycle of length 0 (the biases are then forced).
+    with np.errstate(invalid="ignore"):
+        slack = least + distance.T
+    return bool(np.any(np.isfinite(least) & (slack > 0)))
 
 
 def _all_finite(loss, grad, hess):
@@ -519,10 +589,13 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
                 UserWarning,
                 stacklevel=4,
             )
-        if result["loss"] < SEPARATED_LOSS:
+        if result["loss"] < SEPARATED_LOSS or scale_and_biases_separate(
+            logits, y, sample_weight
+        ):
             warnings.warn(
                 f"{name}: the calibrated logits separate the calibration samples "
-                f"(mean NLL {result['loss']:.1e} on them), so the likelihood has "
+                "(where the logits are not tied at the boundary; mean NLL "
+                f"{result['loss']:.1e} on them), so the likelihood has "
                 "no finite optimum and the fit stopped where it was still "
                 "improving. Use TemperatureScaling or more calibration samples.",
                 UserWarning,

@@ -282,3 +282,66 @@ def test_logits_ranked_against_the_labels_clamp_t_at_its_bound(
     import pickle
 
     pickle.loads(pickle.dumps(est))
+
+
+@pytest.mark.parametrize("tol", [1e-6, 1e-10])
+def test_quasi_separated_logits_warn(tol):
+    # Scores z_1 - z_0 = 1, 2, 3, 3, 4, 5 with the labels split at the tie 3:
+    # the NLL (2 ln 2 / 6 at the limit) has no finite optimum, T -> 0 with
+    # b_1 - b_0 -> +inf, and the fit followed tol silently (P(s = 3.1) 0.77,
+    # 0.89, 0.92 at tol 1e-6, 1e-10, 1e-12) where the loss stayed above
+    # SEPARATED_LOSS.
+    s = np.array([1.0, 2.0, 3.0, 3.0, 4.0, 5.0])
+    logits = np.column_stack([np.zeros_like(s), s])
+    y = np.array([0, 0, 0, 1, 1, 1])
+    with pytest.warns(UserWarning, match="logits separate the calibration"):
+        BiasCorrectedTemperatureScaling(device="cpu", tol=tol).fit(logits, y)
+    # A sample on the wrong side of the boundary: a finite optimum, no warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BiasCorrectedTemperatureScaling(device="cpu", tol=tol).fit(
+            np.vstack([logits, [0.0, 4.5]]), np.append(y, 0)
+        )
+
+
+def test_scale_and_biases_separate_matches_a_linear_program():
+    # The exact rule (difference constraints on the biases, and the biases
+    # alone where masks hide a class) against an LP over the directions
+    # (beta >= 0, b) along which no sample's loss grows.
+    from scipy.optimize import linprog
+
+    from sklearn_calib._scaling.bias_corrected import scale_and_biases_separate
+
+    rng = np.random.default_rng(1)
+    for trial in range(300):
+        k = int(rng.integers(2, 5))
+        n = int(rng.integers(k, 12))
+        y = rng.permutation(np.r_[np.arange(k), rng.integers(0, k, n - k)])
+        z = rng.integers(-2, 3, (n, k)).astype(float)
+        if trial % 3 == 0:
+            z[np.arange(n), y] += rng.integers(0, 4)
+        elif trial % 3 == 1:
+            z = rng.integers(-1, 2, k) + 3.0 * np.eye(k)[y] * rng.integers(0, 2)
+        if trial % 5 == 0:
+            masked = rng.random((n, k)) < 0.2
+            masked[np.arange(n), y] = False
+            z[masked] = -np.inf
+        rows = []
+        for i in range(n):
+            for j in np.flatnonzero(np.isfinite(z[i])):
+                if j != y[i]:
+                    row = np.zeros(k + 1)
+                    row[0] = z[i, y[i]] - z[i, j]
+                    row[1 + y[i]] += 1.0
+                    row[1 + j] -= 1.0
+                    rows.append(row)
+        margins = np.array(rows)
+        lp = linprog(
+            -margins.sum(axis=0),
+            A_ub=np.vstack([-margins, margins]),
+            b_ub=np.concatenate([np.zeros(len(rows)), np.ones(len(rows))]),
+            bounds=[(0, None)] + [(None, None)] * k,
+            method="highs",
+        )
+        expected = lp.status == 0 and -lp.fun > 1e-7
+        assert scale_and_biases_separate(z, y, np.ones(n)) == expected, (z, y)

@@ -194,6 +194,28 @@ def test_beta_masked_rows_are_certain_and_left_out():
     np.testing.assert_array_equal(proba, [[1.0, 0.0], [0.0, 1.0]])
 
 
+@pytest.mark.parametrize("cls", [BetaCalibration, QuadraticScaling])
+def test_masked_true_class_is_refused_by_row(cls):
+    # A row labelled with its masked class has an infinite NLL under every
+    # map: it was left out silently, where PlattScaling (the case a = b of
+    # beta calibration) and every other likelihood fit raise.
+    s, y = _scores(n=200, seed=4)
+    logits = np.column_stack([np.zeros_like(s), s])
+    row = int(np.flatnonzero(y == 1)[3])
+    logits[row, 1] = -np.inf
+    match = f"Sample {row} is labelled with a class whose"
+    with pytest.raises(ValueError, match=match):
+        cls().fit(logits, y)
+    with pytest.raises(ValueError, match=match):
+        cls().fit(logits[:, 1:], y)  # a score column of -inf
+    # With zero weight the row counts for nothing: the same fit as without it.
+    weights = np.ones(len(y))
+    weights[row] = 0.0
+    zero = cls().fit(logits, y, sample_weight=weights)
+    dropped = cls().fit(np.delete(logits, row, axis=0), np.delete(y, row))
+    np.testing.assert_array_equal(zero.coef_, dropped.coef_)
+
+
 def test_beta_calibrated_logits_keep_masked_probability_zero():
     s, y = _scores(n=500, seed=4)
     beta = BetaCalibration().fit(s[:, None], y)
@@ -300,6 +322,87 @@ def test_separated_scores_warn(cls):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         cls().fit(s[:, None], y)
+
+
+@pytest.mark.parametrize("cls", [BetaCalibration, QuadraticScaling])
+@pytest.mark.parametrize("tol", [1e-6, 1e-10])
+def test_quasi_separated_scores_warn(cls, tol):
+    # One tie at the boundary (s = 0 holds both labels): the NLL stays at
+    # 2 ln 2 / 6, far above SEPARATED_LOSS, yet has no finite optimum; the
+    # slope followed tol (13, 22, 27 at tol 1e-6, 1e-10, 1e-12) silently.
+    s = np.array([-2.0, -1.0, 0.0, 0.0, 1.0, 2.0])
+    y = np.array([0, 0, 0, 1, 1, 1])
+    with pytest.warns(UserWarning, match="logits separate the calibration"):
+        cls(tol=tol).fit(s[:, None], y)
+    # Separated with a loose tol (loss above SEPARATED_LOSS at the stop).
+    with pytest.warns(UserWarning, match="logits separate the calibration"):
+        cls(tol=tol).fit(np.array([[-3.0], [-1.0], [1.0], [2.0]]), [0, 0, 1, 1])
+
+
+def test_quadratic_warns_where_an_interval_separates():
+    # |s| separates the labels: the quadratic map has no finite optimum
+    # (coefficients followed tol silently); beta calibration, monotone in s,
+    # has one and must not warn.
+    s = np.array([-3.0, -2.0, -0.5, 0.1, 0.5, 2.5, 3.0])
+    y = np.array([1, 1, 0, 0, 0, 1, 1])
+    with pytest.warns(UserWarning, match="logits separate the calibration"):
+        QuadraticScaling(tol=1e-6).fit(s[:, None], y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BetaCalibration(tol=1e-6).fit(s[:, None], y)
+        # One sample inside the interval on the wrong side: finite optimum.
+        QuadraticScaling().fit(np.append(s, 0.0)[:, None], np.append(y, 1))
+
+
+@pytest.mark.parametrize("family", ["monotone", "quadratic"])
+def test_scores_separate_matches_a_linear_program(family):
+    # The exact rule from the order of the scores against an LP: is there a
+    # map of the family, not 0 on every sample, with each label's sign or 0?
+    from scipy.optimize import linprog
+
+    from sklearn_calib._scaling.beta_quadratic import scores_separate
+
+    rng = np.random.default_rng(0)
+    for trial in range(300):
+        n = int(rng.integers(1, 20))
+        s = rng.integers(-4, 5, n).astype(float)
+        rule = [0.5, np.abs(s) > 1.5, s > 0][trial % 3]
+        y = (rng.random(n) < rule).astype(int)
+        y = np.where(rng.random(n) < 0.1 * (trial % 2), 1 - y, y)
+        if family == "monotone":
+            features = np.column_stack([log_expit(s), np.logaddexp(0.0, s)])
+            bounds = [(None, None), (0, None), (0, None)]
+        else:
+            features = np.column_stack([s / 4, (s / 4) ** 2])
+            bounds = [(None, None)] * 3
+        margins = (2 * y - 1)[:, None] * np.column_stack([np.ones(n), features])
+        lp = linprog(
+            -margins.sum(axis=0),
+            A_ub=np.vstack([-margins, margins]),
+            b_ub=np.concatenate([np.zeros(n), np.ones(n)]),
+            bounds=bounds,
+            method="highs",
+        )
+        expected = lp.status == 0 and -lp.fun > 1e-7
+        assert scores_separate(s, y, np.ones(n), family) == expected, (s, y)
+
+
+def test_quadratic_tiny_scores_fit_without_numpy_warnings():
+    # Scores near 1e-300: coef_ = scaled_coef_ / (scale, scale**2) overflows
+    # to inf (documented, and accepted by the state check), but numpy's
+    # "overflow encountered in divide" RuntimeWarning leaked from fit.
+    s, y = _scores(n=300, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tiny = QuadraticScaling().fit(s[:, None] * 1e-300, y)
+    plain = QuadraticScaling().fit(s[:, None], y)
+    assert np.isinf(tiny.coef_[1])
+    np.testing.assert_allclose(tiny.scaled_coef_, plain.scaled_coef_, rtol=1e-6)
+    np.testing.assert_allclose(
+        tiny.predict_proba(s[:5, None] * 1e-300),
+        plain.predict_proba(s[:5, None]),
+        rtol=1e-6,
+    )
 
 
 def test_quadratic_refuses_multiclass():
