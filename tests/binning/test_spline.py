@@ -17,6 +17,7 @@ from sklearn_calib.metrics import expected_calibration_error, log_loss
 from sklearn_calib.utils._testing import make_logits
 
 from ..conftest import load_shared
+from .test_binning import _tied_at_the_top
 
 
 def _top_label(logits, y):
@@ -208,18 +209,6 @@ def test_to_torch_keeps_masked_logits_at_zero():
     np.testing.assert_array_equal(np.isneginf(out), np.isneginf(expected))
     finite = np.isfinite(expected)
     np.testing.assert_allclose(out[finite], expected[finite], rtol=1e-12, atol=1e-15)
-
-
-def _tied_at_the_top(seed=12):
-    """Logits whose top ties between 2 or 3 columns on a quarter of the rows."""
-    X, y = make_logits(n_samples=800, n_classes=4, seed=seed)
-    rng = np.random.default_rng(seed)
-    rows = np.arange(len(y))
-    top = X.argmax(axis=1)
-    for k in (1, 2):
-        tied = rng.random(len(y)) < 0.15 * k
-        X[tied, (top[tied] + k) % 4] = X[rows[tied], top[tied]]
-    return X, y
 
 
 def test_tied_top_columns_in_any_order():
