@@ -128,3 +128,28 @@ def test_missing_member_and_not_an_archive(tmp_path):
     (tmp_path / "b.npz").write_bytes(b"not a zip")
     with pytest.raises(ValueError, match="not a .npz archive"):
         npz_keys(tmp_path / "b.npz")
+
+
+def test_headers_are_parsed_one_at_a_time(tmp_path, monkeypatch):
+    # numpy parses a header with ast.literal_eval, whose AST constructor in
+    # CPython 3.11 keeps one recursion counter for all threads: npz members
+    # read at once in dask's threads failed in CI with "SystemError: AST
+    # constructor recursion depth mismatch". Every header is parsed under one
+    # lock.
+    from numpy.lib import format as npy_format
+
+    from sklearn_calib.utils import _npy_files
+
+    parse = npy_format.read_array_header_1_0
+    held = []
+
+    def spy(*args, **kwargs):
+        held.append(_npy_files._HEADER_LOCK.locked())
+        return parse(*args, **kwargs)
+
+    monkeypatch.setattr(npy_format, "read_array_header_1_0", spy)
+    np.savez(tmp_path / "a.npz", logits=np.zeros((5, 3)), y=np.zeros(5, int))
+    np.testing.assert_array_equal(
+        _npy_files.read_npz_member(tmp_path / "a.npz", "logits"), np.zeros((5, 3))
+    )
+    assert held == [True]

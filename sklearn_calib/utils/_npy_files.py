@@ -17,6 +17,7 @@ message, whichever reads the file.
 
 import math
 import os
+import threading
 import zipfile
 from typing import NamedTuple
 
@@ -31,6 +32,14 @@ _MAX_DEFLATE_RATIO = 1032
 _DEFLATE_SLACK = 4096
 # Bytes read per call: keeps the temporaries of a decompressing read small.
 _READ_CHUNK = 1 << 24
+
+# numpy parses a header with ast.literal_eval, and CPython 3.11's AST
+# constructor keeps one recursion counter per interpreter, not per thread:
+# headers parsed at once in dask's threads failed with "SystemError: AST
+# constructor recursion depth mismatch" (CI, Python 3.11.7; CPython issue
+# gh-106905). A header is a few hundred bytes: parsing them one at a time
+# costs nothing.
+_HEADER_LOCK = threading.Lock()
 
 
 class NpyHeader(NamedTuple):
@@ -111,9 +120,10 @@ def read_npy_header(fp, size, where, *, in_archive=False):
             "numpy writes numeric arrays in versions 1.0 and 2.0"
         )
     try:
-        shape, fortran_order, dtype = readers[version](
-            fp, max_header_size=_MAX_HEADER_SIZE
-        )
+        with _HEADER_LOCK:
+            shape, fortran_order, dtype = readers[version](
+                fp, max_header_size=_MAX_HEADER_SIZE
+            )
     except (ValueError, SyntaxError, TypeError) as exc:
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         raise ValueError(f"{where}: damaged .npy header ({message})") from exc

@@ -524,6 +524,10 @@ def test_missing_string_label_in_parquet(capsys, tmp_path, logits_y):
     )
 
 
+# torch 2.15 warns, loading a sparse tensor with weights_only=True, that it
+# checks the tensor's invariants (an O(nnz) scan); the file here holds sparse
+# tensors on purpose, and read_pt passes torch's warnings on to the caller.
+@pytest.mark.filterwarnings("ignore:Validating sparse tensor invariants:UserWarning")
 def test_pt_dict_entries_other_than_the_arrays_are_not_read(capsys, tmp_path):
     # Like the members of an .npz, the entries of a .pt dict that the command
     # does not use are not read: an epoch number refused the whole file.
