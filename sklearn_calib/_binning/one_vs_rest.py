@@ -30,7 +30,7 @@ mid-points (histogram): no data, no correction.
 
 import numpy as np
 
-from ..utils._math import softmax
+from ..utils._math import softmax, top_label_correctness
 
 PROBA_FLOOR = 1e-12
 
@@ -97,13 +97,7 @@ def top_label_targets(proba, y):
     rows = np.arange(proba.shape[0])
     predicted = proba.argmax(axis=1)
     confidence = proba[rows, predicted]
-    correct = (predicted == y).astype(np.float64)
-    tied = top_ties(proba, confidence)
-    if tied is not None:
-        is_top, n_top = tied
-        several = n_top > 1
-        hit = is_top[rows[several], np.asarray(y, dtype=np.intp)[several]]
-        correct[several] = hit / n_top[several]
+    correct = top_label_correctness(proba, np.asarray(y, dtype=np.intp))
     return predicted, confidence, correct
 
 

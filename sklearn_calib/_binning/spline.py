@@ -16,7 +16,7 @@ from sklearn.isotonic import isotonic_regression
 from ..base import BaseCalibrator
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_array, fail_state
-from ..utils._math import log_softmax
+from ..utils._math import log_softmax, top_label_correctness
 
 # Largest calibrated confidence: the other classes keep at least 1e-12 of
 # the mass together, so log-probabilities stay finite.
@@ -103,22 +103,6 @@ def _share_tied_top(log_p, new):
     out = np.where(is_top, np.log(new)[:, None], out)
     out[~has_rest] = log_p[~has_rest]
     return out
-
-
-def _top_label_hits(log_p, top, y):
-    """1 where the predicted class is the label; ``1 / t`` on tied rows.
-
-    A row whose maximum ``t > 1`` columns attain counts ``1 / t`` when the
-    label is among them (each tied column's chance), else 0, whatever the
-    columns' order, as :func:`apply_top_label` gives each the same value.
-    """
-    rows = np.arange(log_p.shape[0])
-    hits = (top == y).astype(np.float64)
-    is_top = log_p == log_p[rows, top][:, None]
-    n_top = is_top.sum(axis=1)
-    several = n_top > 1
-    hits[several] = is_top[rows, y][several] / n_top[several]
-    return hits
 
 
 def _grouping_keys(logits, log_rest, keep):
@@ -381,7 +365,7 @@ class SplineCalibration(BaseCalibrator):
                 "SplineCalibration needs rows with at least two unmasked classes "
                 "and a positive weight; every row has a single finite logit."
             )
-        correct = _top_label_hits(log_p, top, y)[keep]
+        correct = top_label_correctness(log_p, y)[keep]
         u, x, values, knot_values, mass = fit_spline_table(
             _grouping_keys(logits, log_rest, keep),
             correct,
