@@ -1420,6 +1420,12 @@ class ConformalRiskClassifier(ClassifierMixin, BaseEstimator):
         self : object
             The fitted classifier.
         """
+        if y is None:
+            # before the inner ConformalClassifier, whose message names itself
+            raise ValueError(
+                f"{type(self).__name__} requires y to be passed, but the target y "
+                "is None."
+            )
         conformal = ConformalClassifier(
             self.calibrator,
             conformity_score=self.conformity_score,

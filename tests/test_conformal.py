@@ -718,6 +718,14 @@ def test_frozen_calibrator_refuses_2d_labels_by_name():
     assert column.quantile_ == ConformalClassifier(frozen).fit(X, y).quantile_
 
 
+def test_missing_labels_are_refused_in_the_callers_name():
+    X, _ = make_logits(n_samples=50, n_classes=3, seed=8)
+    for estimator in (ConformalClassifier(), ConformalRiskClassifier()):
+        name = type(estimator).__name__
+        with pytest.raises(ValueError, match=f"^{name} requires y to be passed"):
+            estimator.fit(X, None)
+
+
 # --- masked classes (-inf logits) -----------------------------------------------------
 
 
