@@ -7,7 +7,9 @@ line search and the stopping rules.
 
 Scale. The solve runs on the features multiplied by an exact power of two c
 when their typical spread (the median gap between each row's two largest
-unmasked features) or their magnitude lies far outside [2**-32, 2**32]: the
+unmasked features) or their typical magnitude (the median row maximum) lies
+far outside [2**-32, 2**32], or when their largest row maximum exceeds
+2**480 (whose square the Hessian must hold): the
 map is the same with theta_coef / c, and the off-diagonal penalty becomes
 rho c^2 (also a power of two), so the rescaled problem is exactly the stated
 one. Logits of 1e155 and beyond would otherwise square to infinity in the
@@ -138,10 +140,17 @@ _REFRESH_LIMIT = 3
 # 100; where float32 keeps converging fast, its cheaper passes are kept).
 _FLOAT64_SWITCH = 10.0
 _SWITCH_PATIENCE = 3
-# Features whose typical spread lies outside this range (or whose row maxima
-# exceed _MAX_OFFSET times the spread) are rescaled by a power of two first.
+# Features whose typical spread lies outside this range (or whose typical row
+# maximum exceeds _MAX_OFFSET times the spread) are rescaled by a power of two
+# first. A few rows far beyond the rest (one row of logits near 1e100) do not
+# set the scale: the rest would shrink towards 0 and their gradients below any
+# tol. They only bound it: no feature beyond 2**_MAX_FEATURE_LOG2, whose
+# squares (the Hessian's) stay finite. float32 features beyond
+# 2**_MAX_FLOAT32_LOG2 are solved in float64, where their squares fit.
 _SAFE_SCALE_LOG2 = 32
 _MAX_OFFSET_LOG2 = 40
+_MAX_FEATURE_LOG2 = 480
+_MAX_FLOAT32_LOG2 = 60
 # The start: beta within [1e-4, 1e4] / spread, at most _START_ITER Newton
 # iterations, warm-started on _WARM_START_ROWS evenly spaced rows.
 _BETA_RANGE = (1e-4, 1e4)
@@ -186,19 +195,19 @@ def _top_two(x):
 
 
 def _spread_log2(features, mask):
-    """log2 of the features' typical spread and of their largest row maximum.
+    """log2 of the features' typical spread, typical and largest row maximum.
 
     The spread is the median, over rows with two unmasked entries, of the gap
     between the two largest: a mask sentinel (-1e9, finfo.min) is never one
     of them unless its row has a single real class, so it does not inflate
-    the scale. Either value is None when undefined (constant features).
+    the scale. The typical row maximum is the median of their magnitudes.
+    Each value is None when undefined (constant features, all zero).
     """
     n_rows, n_classes = features.shape
     if n_classes < 2:
-        return None, None
+        return None, None, None
     step = max(1, CPU_BLOCK_ELEMENTS // n_classes)
-    gaps = []
-    top = 0.0
+    gaps, tops = [], []
     for start in range(0, n_rows, step):
         x = features[start : start + step]
         if mask is not None:
@@ -206,24 +215,38 @@ def _spread_log2(features, mask):
         first, second = (v.to(torch.float64) for v in _top_two(x))
         # Halves: the difference of two halved float64 numbers cannot overflow.
         gaps.append(first * 0.5 - second * 0.5)
-        top = max(top, float(first.abs().max()))
+        tops.append(first.abs())
     gap = torch.cat(gaps)
     gap = gap[torch.isfinite(gap) & (gap > 0)]
     spread = None
     if gap.numel():
         spread = math.log2(float(gap.median())) + 1.0
-    return spread, (math.log2(top) if top > 0 else None)
+    tops = torch.cat(tops)
+    tops = tops[torch.isfinite(tops)]
+
+    def log2(value):
+        return math.log2(value) if value > 0 else None
+
+    if not tops.numel():
+        return spread, None, None
+    return spread, log2(float(tops.median())), log2(float(tops.max()))
 
 
-def _rescale_exponent(spread, top):
+def _rescale_exponent(spread, typical, top):
     """Exponent e such that features * 2**e have a spread near 1 (0: leave).
 
-    ``spread`` and ``top`` are the log2 values of :func:`_spread_log2`.
+    ``spread``, ``typical`` and ``top`` are the log2 values of
+    :func:`_spread_log2`.
     """
-    if spread is None and top is None:
+    candidates = [
+        spread,
+        None if typical is None else typical - _MAX_OFFSET_LOG2,
+        None if top is None else top - _MAX_FEATURE_LOG2,
+    ]
+    candidates = [v for v in candidates if v is not None]
+    if not candidates:
         return 0
-    candidates = [v for v in (spread, None if top is None else top - _MAX_OFFSET_LOG2)]
-    level = max(v for v in candidates if v is not None)
+    level = max(candidates)
     if spread is not None and -_SAFE_SCALE_LOG2 <= level <= _SAFE_SCALE_LOG2:
         return 0
     if spread is None and level <= _SAFE_SCALE_LOG2:
@@ -673,8 +696,14 @@ def fit_affine(
                 features, mask, y, weights, ~empty
             )
 
-    log2_spread, log2_top = _spread_log2(features, mask)
-    exponent = _rescale_exponent(log2_spread, log2_top)
+    log2_spread, log2_typical, log2_top = _spread_log2(features, mask)
+    exponent = _rescale_exponent(log2_spread, log2_typical, log2_top)
+    if (
+        features.dtype != torch.float64
+        and log2_top is not None
+        and log2_top + exponent > _MAX_FLOAT32_LOG2
+    ):
+        features = features.to(torch.float64)
     if exponent:
         features = times_power_of_two(features, exponent)
         if not bool(torch.isfinite(features).all()):

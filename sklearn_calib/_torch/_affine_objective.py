@@ -22,10 +22,11 @@ where it is the ``Penalty``'s centre. The ODIR penalty of Kull et al. (2019),
 lambda/(K(K-1)) sum_{j!=k} W_jk^2 + mu/K sum_k b_k^2, is rho = 2 lambda/(K(K-1))
 on the off-diagonal of W and 2 mu/K on b. Structured matrix scaling (Berta et
 al. 2026) penalises the diagonal's distance from 1 too, each part with its own
-rho. The label part sum_{i: y_i = k} w_i x_ik of the gradient (and of the loss)
-does not depend on theta and is computed once. Normalising the weights makes
-the fit independent of their scale, and the penalty's weight relative to the
-NLL with it.
+rho. Each row's loss and gradient are formed before the sum over rows (the
+label's part subtracted row by row, not as one label sum): a row of logits
+near 1e20 whose label is its maximum adds ~0, not 1e20 * eps of rounding.
+Normalising the weights makes the fit independent of their scale, and the
+penalty's weight relative to the NLL with it.
 
 Masked classes. An optional boolean mask marks entries whose logit is -inf:
 their calibrated logit is -inf whatever theta (probability exactly 0), and the
@@ -316,19 +317,6 @@ class AffineObjective(AffineConstraints):
         self.track_curvature = False
         self.last_curvature = None
 
-        label = torch.zeros(self.shape, dtype=torch.float64, device=device)
-        label[:, -1].index_add_(0, y, self.weights64)
-        for rows in self._blocks():
-            w = self.weights64[rows]
-            y_block = y[rows]
-            if kind == "vector":
-                true_x = features[rows].gather(1, y_block.view(-1, 1)).squeeze(1)
-                label[:, 0].index_add_(0, y_block, w * true_x.to(torch.float64))
-            else:
-                x = features[rows].to(torch.float64)
-                label[:, :-1].index_add_(0, y_block, x * w[:, None])
-        self.label = label
-
         # The penalty 1/2 rho (theta - centre)^2, entry by entry: the diagonal
         # scales (column 0 of the vector map) pulled towards centre, the
         # off-diagonal entries and the biases towards 0.
@@ -429,13 +417,22 @@ class AffineObjective(AffineConstraints):
             w = weights[rows]
             out = self._masked(self._affine(theta, x, out=buffer[: x.shape[0]]), rows)
             row_max = out.amax(dim=1, keepdim=True)
-            _exp_below_max_(out.sub_(row_max), exp_floor)
+            out.sub_(row_max)
+            # Each row's loss log(sum exp(f - max)) - (f_y - max) and gradient
+            # w (q - 1[y]) x are formed row by row: a row of logits near 1e20
+            # whose label is its maximum contributes ~0 exactly, where sums
+            # over rows minus a label sum lose every digit below 1e20 * eps.
+            y_block = self.y[rows].view(-1, 1)
+            true_shifted = out.gather(1, y_block).squeeze(1)
+            if self.mask is not None:
+                # a masked label only on rows of zero weight: 0 * finite
+                true_shifted.clamp_(min=torch.finfo(true_shifted.dtype).min)
+            _exp_below_max_(out, exp_floor)
             row_sum = out.sum(dim=1, keepdim=True)
-            log_norm = row_sum.log().add_(row_max).squeeze(1)
-            loss += torch.dot(self.weights64[rows], log_norm.to(torch.float64))
+            row_loss = row_sum.squeeze(1).log().sub_(true_shifted)
+            loss += torch.dot(self.weights64[rows], row_loss.to(torch.float64))
             # out becomes w_i q_ik, the weighted probabilities.
             out.mul_(w[:, None] / row_sum)
-            grad[:, -1] += out.sum(dim=0).to(torch.float64)
             if curvature:
                 # w q (1 - q) = w q - (w q)^2 / w, on rows with w > 0, in a
                 # preallocated block (this runs on every pass).
@@ -446,14 +443,16 @@ class AffineObjective(AffineConstraints):
                 curv[:, 2] += c.sum(dim=0).to(torch.float64)
                 curv[:, 1] += c.mul_(x).sum(dim=0).to(torch.float64)
                 curv[:, 0] += c.mul_(x).sum(dim=0).to(torch.float64)
+            # out becomes w_i (q_ik - 1[y_i = k]).
+            out.scatter_add_(1, y_block, -w[:, None])
+            grad[:, -1] += out.sum(dim=0).to(torch.float64)
             if self.kind == "vector":
                 grad[:, 0] += out.mul_(x).sum(dim=0).to(torch.float64)
             else:
                 grad[:, :-1] += (out.T @ x).to(torch.float64)
         offset = theta - self.centre if self.penalised else theta
         penalty = 0.5 * torch.sum(self.rho * offset * offset)
-        loss = float(loss - torch.sum(self.label * theta) + penalty)
-        grad -= self.label
+        loss = float(loss + penalty)
         grad += self.rho * offset
         self.last_curvature = curv
         return loss, grad, curv
@@ -505,13 +504,25 @@ class AffineObjective(AffineConstraints):
             second += float((wb * (s2 / s0 - mean * mean)).sum())
         return first, second
 
-    def _probabilities(self, theta, rows):
-        """float64 features and softmax probabilities of one block of rows."""
+    def _probabilities(self, theta, rows, complement=False):
+        """float64 features and softmax probabilities of one block of rows.
+
+        With ``complement``, also ``1 - q`` without its cancellation at the
+        row's most likely class: there it is the other classes' sum.
+        """
         x = self.features[rows].to(torch.float64)
         out = self._affine(theta, x)
         if self.mask is not None:
             out = out.masked_fill(self.mask[rows], float("-inf"))
-        return x, torch.softmax(out, dim=1)
+        if not complement:
+            return x, torch.softmax(out, dim=1)
+        top = out.argmax(dim=1, keepdim=True)
+        e = out.sub_(out.gather(1, top)).exp_()
+        total = e.sum(dim=1, keepdim=True)
+        others = e.scatter(1, top, 0.0).sum(dim=1, keepdim=True)
+        q = e.div_(total)
+        rest = (1.0 - q).scatter_(1, top, others / total)
+        return x, q, rest
 
     def hessian(self, theta):
         """The exact Hessian over the free classes, (F P, F P) in float64."""
@@ -527,23 +538,27 @@ class AffineObjective(AffineConstraints):
         )
         rows_per_block = max(1, 2**20 // max(n_params, k))
         for rows in self._blocks(rows_per_block):
-            x, q = self._probabilities(theta, rows)
+            x, q, rest = self._probabilities(theta, rows, complement=True)
             w = self.weights64[rows]
             if self.kind == "vector":
                 if free is not None:
-                    x, q = x[:, free], q[:, free]
+                    x, q, rest = x[:, free], q[:, free], rest[:, free]
                 xk = torch.stack([x, torch.ones_like(x)], dim=2)  # (n, F, 2)
             else:
                 if free is not None:
-                    q = q[:, free]
+                    q, rest = q[:, free], rest[:, free]
                 xa = torch.cat([x, torch.ones_like(x[:, :1])], dim=1)
                 xk = xa[:, None, :].expand(-1, n_free, -1)  # (n, F, K+1)
+            # Off the diagonal blocks, -sum w q_k q_j x_k x_j^T. The diagonal
+            # blocks are summed as w q (1 - q) x x^T, not as w q x x^T minus
+            # (w q x)(q x)^T: the two sums over rows would cancel, leaving the
+            # rounding of a row of logits near 1e20 (1e40 * eps) for its ~0.
             v = (q[:, :, None] * xk).reshape(-1, n_params)
             hessian -= v.T @ (v * w[:, None])
-            wq = (w[:, None] * q)[:, :, None] * xk
+            wq = (w[:, None] * q * rest)[:, :, None] * xk
             diagonal_blocks += torch.einsum("nkp,nkr->kpr", wq, xk)
         for j in range(n_free):
-            hessian[j * p : (j + 1) * p, j * p : (j + 1) * p] += diagonal_blocks[j]
+            hessian[j * p : (j + 1) * p, j * p : (j + 1) * p] = diagonal_blocks[j]
         rho = self.rho if free is None else self.rho[free]
         hessian.diagonal().add_(rho.reshape(-1))
         return hessian

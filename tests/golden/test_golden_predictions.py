@@ -42,7 +42,12 @@ its streamed path does, instead of shuffling them each epoch. And six
 c10_densenet40_guo keys (the matrix and structured maps, Dirichlet, the
 selector and MarginTemperatureScaling; at most 2.7e-6) when the affine
 Newton step began to be solved on the complement of the held directions:
-the same iteration counts, objectives equal or lower by 1e-12.
+the same iteration counts, objectives equal or lower by 1e-12. Seven
+c100_densenetbc100_netcal keys (vector, matrix, the structured maps,
+Dirichlet, the selector and MarginTemperatureScaling; at most 5.7e-7, the
+float32 rounding of these float32 logits) when the affine objective began
+forming each row's loss and gradient before the sum over rows (session of
+2026-12-07, same build): every float64 key bit-identical.
 
 On the build that wrote it (the versions, CPU and torch thread count stored
 in the file) the predictions must agree to 1e-10. Another torch, numpy or

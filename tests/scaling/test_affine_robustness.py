@@ -331,6 +331,54 @@ def test_matrix_and_dirichlet_fit_at_extreme_magnitudes(magnitude):
         )
 
 
+def _with_extreme_row(X, y, value):
+    # one more row whose label is its maximum by `value`: its loss is exactly
+    # 0 (exp underflows) at any positive scale near the optimum
+    row = np.zeros((1, X.shape[1]), dtype=X.dtype)
+    row[0, 0] = value
+    return np.concatenate([X, row]), np.concatenate([y, [0]])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize(
+    "cls, k",
+    [
+        (VectorScaling, 4),  # Newton
+        (VectorScaling, 80),  # L-BFGS
+        (MatrixScaling, 4),
+        (MatrixScaling, 15),
+        (DirichletCalibration, 15),
+        (PlattScaling, 2),
+    ],
+)
+def test_one_extreme_row_whose_label_is_its_maximum_changes_nothing(cls, k, dtype):
+    # The reference puts that row at 1e3, where its loss is already exactly
+    # 0. Summed over rows, 1e20's loss and gradient (sum of log-normalisers
+    # minus a label sum; w q x x^T minus (w q x)(q x)^T) kept only its
+    # rounding, 1e20 * eps: vector scaling moved by 4e-2 with a false
+    # separation warning; and one row of 1e100 rescaled the others towards
+    # 0, where the fit stopped at its start: 0.1 to 0.4 in probability.
+    X, y = make_logits(n_samples=1500, n_classes=k, seed=12)
+    X = X.astype(dtype)
+    params = {"smooth_targets": False} if cls is PlattScaling else {}
+    reference = cls(device="cpu", **params).fit(*_with_extreme_row(X, y, 1e3))
+    for value in (1e20, 1e35) if dtype == np.float32 else (1e20, 1e100):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fitted = cls(device="cpu", **params).fit(*_with_extreme_row(X, y, value))
+        np.testing.assert_allclose(
+            fitted.predict_proba(X), reference.predict_proba(X), atol=1e-6
+        )
+
+
+def test_a_row_beyond_the_range_of_the_others_is_refused_not_misfitted():
+    # 1e300 beside logits of order 1: the two cannot share one float64 scale.
+    # The fit stopped at its start (0.1 off) before; now a ValueError.
+    X, y = make_logits(n_samples=300, n_classes=4, seed=12)
+    with pytest.raises(ValueError, match="magnitude up to 1e\\+300"):
+        VectorScaling(device="cpu").fit(*_with_extreme_row(X, y, 1e300))
+
+
 def test_matrix_penalty_scales_exactly_with_the_logits():
     # Logits 2^40 z (rescaled inside by a power of two) with penalty
     # lambda 2^80: exactly the problem of z with lambda, W divided by 2^40.
