@@ -22,9 +22,13 @@ class TemperatureModule(nn.Module):
         self.register_buffer(
             "inverse_temperature", torch.tensor(inverse, dtype=torch.float64)
         )
-        # T < 1 can overflow z / T: the logits are then shifted first, so
-        # that a small T sends them to -inf, never +inf. T >= 1 cannot, and
-        # the shift could itself overflow on logits near the float range.
+        # The logits are shifted by their row maximum first, as predict_proba
+        # does (scale_logits): the shift is exact near the maximum, while
+        # z / T first rounds to the precision of |z| (float32 logits near 1e4
+        # moved log-probabilities by 1e-4). T < 1 then sends entries to -inf,
+        # never +inf. Where the shift itself overflows (finite logits spread
+        # beyond the dtype's range), T >= 1 scales that row first, which
+        # cannot overflow.
         self.shift_first = bool(inverse > 1.0)
         # float32 logits spread by less than ~1e-38 fit a T whose inverse is
         # beyond float32's range: it is then applied as two factors, a power
@@ -35,8 +39,12 @@ class TemperatureModule(nn.Module):
         if logits.shape[-1] == 1:
             logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
         scale = self.inverse_temperature
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
         if self.shift_first:
-            logits = logits - logits.amax(dim=-1, keepdim=True)
+            logits = shifted
+        else:
+            overflow = torch.isneginf(shifted) & torch.isfinite(logits)
+            logits = torch.where(overflow.any(dim=-1, keepdim=True), logits, shifted)
         if self.split_scale:
             power = torch.exp2(torch.floor(torch.log2(scale) / 2))
             logits = logits * power.to(logits.dtype)
