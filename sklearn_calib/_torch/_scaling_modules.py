@@ -104,19 +104,31 @@ class VectorScalingModule(nn.Module):
     A single score column ``s`` (binary problem) is read as the logits (0, s).
     A masked class (logit ``-inf``) keeps log-probability ``-inf``, whatever
     the sign of its scale.
+
+    ``tied=True`` (one scale for every class: bias-corrected temperature
+    scaling) computes in float64 and shifts each row by its maximum first,
+    as that calibrator's ``predict_proba`` does: the shift changes no softmax
+    of ``z / T + b`` and is exact, while ``z / T`` rounds to the precision of
+    ``|z|``. A row whose shift overflows (finite logits spread beyond
+    float64's range) is not shifted.
     """
 
-    def __init__(self, coef, intercept):
+    def __init__(self, coef, intercept, tied: bool = False):
         super().__init__()
         self.register_buffer("coef", torch.as_tensor(coef, dtype=torch.float64).clone())
         self.register_buffer(
             "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
         )
-        self.in_float64 = _beyond_float32(coef, intercept)
+        self.tied = bool(tied)
+        self.in_float64 = self.tied or _beyond_float32(coef, intercept)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         dtype = logits.dtype
         logits, masked = _logits_and_mask(logits, self.in_float64)
+        if self.tied:
+            shifted = logits - logits.amax(dim=-1, keepdim=True)
+            overflow = (torch.isneginf(shifted) & ~masked).any(dim=-1, keepdim=True)
+            logits = torch.where(overflow, logits, shifted)
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
         # 0 stands in for -inf, whose product with a scale could be +inf or NaN.
