@@ -495,6 +495,24 @@ def test_a_state_of_another_class_is_refused_by_name(fitted_cases):
     pickle.loads(pickle.dumps(edited))
 
 
+def test_wrappers_of_another_class_are_refused_by_name(fitted_cases):
+    # Found: a CalibratedClassifier or ConformalClassifier state lacking a
+    # parameter failed with Python's AttributeError from get_params.
+    from sklearn_calib.conformal import ConformalClassifier
+
+    clf, X = fitted_cases(TemperatureScaling)[1]
+    logits, y = make_logits(n_samples=300, n_classes=3, seed=2)
+    for estimator in (clf, ConformalClassifier().fit(logits, y)):
+        edited = pickle.loads(pickle.dumps(estimator))
+        del edited.calibrator
+        with pytest.raises(ValueError, match=r"lacks its parameters \['calibrator'\]"):
+            pickle.loads(pickle.dumps(edited))
+        edited = pickle.loads(pickle.dumps(estimator))
+        edited.device = "cpu"
+        with pytest.raises(ValueError, match=r"holds \['device'\], which are not"):
+            pickle.loads(pickle.dumps(edited))
+
+
 def test_loading_an_edited_calibrated_classifier_raises(fitted_cases):
     clf, _ = fitted_cases(TemperatureScaling)[1]
     edited = pickle.loads(pickle.dumps(clf))
