@@ -19,6 +19,7 @@ from .utils._fitted_state import (
     check_state_array,
     check_state_classes,
     check_state_int,
+    check_state_parameters,
     is_fitted_state,
 )
 from .utils._math import log_softmax, row_blocks, softmax
@@ -270,6 +271,7 @@ class BaseCalibrator(ClassifierMixin, TransformerMixin, BaseEstimator):
     def __setstate__(self, state):
         # Files of an earlier version have no classes parameter.
         state.setdefault("classes", None)
+        check_state_parameters(type(self), state)
         super().__setstate__(state)
         # A state holding any fitted attribute is checked in full: deleting
         # classes_ from a file must not skip the checks of the rest (an

@@ -36,6 +36,7 @@ from .utils._fitted_state import (
     check_state_array,
     check_state_classes,
     check_state_int,
+    check_state_parameters,
     fail_state,
     get_state,
     is_fitted_state,
@@ -838,6 +839,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         cum_weights = state.pop("_group_cum_weights", None)
         test_weight = state.pop("_test_weight", 1.0)  # files before issue 25
         saved_quantile = state.pop("quantile_", None)
+        check_state_parameters(type(self), state)
         super().__setstate__(state)
         # Any fitted attribute (classes_ deleted or not) means a fitted
         # state, checked in full; an unfitted one holds none.

@@ -453,6 +453,66 @@ def test_loaded_negative_temperature_is_refused_not_applied(tmp_path, fitted_cas
         sio.load(path, trusted=skops_trusted_types())
 
 
+def test_a_state_of_another_class_is_refused_by_name(fitted_cases):
+    # Found: a skops file of BiasCorrectedTemperatureScaling with the class
+    # name edited to TemperatureScaling loaded and predicted without its
+    # biases (4.4e-2 off), and one of TemperatureScaling read as vector
+    # scaling failed with Python's AttributeError ('no attribute tol').
+    import json
+    import zipfile
+
+    from sklearn_calib import BiasCorrectedTemperatureScaling, VectorScaling
+
+    sio = pytest.importorskip("skops.io")
+    bcts, _ = fitted_cases(BiasCorrectedTemperatureScaling)[0]
+    ts, _ = fitted_cases(TemperatureScaling)[0]
+
+    def renamed(estimator, cls):
+        source = io.BytesIO(sio.dumps(estimator))
+        target = io.BytesIO()
+        with zipfile.ZipFile(source) as zin, zipfile.ZipFile(target, "w") as zout:
+            for item in zin.infolist():
+                data = zin.read(item.filename)
+                if item.filename == "schema.json":
+                    schema = json.loads(data)
+                    schema["__class__"] = cls.__name__
+                    schema["__module__"] = cls.__module__
+                    data = json.dumps(schema).encode()
+                zout.writestr(item, data)
+        return target.getvalue()
+
+    with pytest.raises(ValueError, match=r"TemperatureScaling holds \['tol'\]"):
+        sio.loads(renamed(bcts, TemperatureScaling), trusted=skops_trusted_types())
+    with pytest.raises(ValueError, match=r"VectorScaling lacks its parameters \['tol'"):
+        sio.loads(renamed(ts, VectorScaling), trusted=skops_trusted_types())
+    edited = pickle.loads(pickle.dumps(ts))
+    del edited.device
+    with pytest.raises(ValueError, match=r"lacks its parameters \['device'\]"):
+        pickle.loads(pickle.dumps(edited))
+    # Private attributes and the fitted ones are not parameters.
+    edited = pickle.loads(pickle.dumps(ts))
+    edited._cache = 1
+    pickle.loads(pickle.dumps(edited))
+
+
+def test_wrappers_of_another_class_are_refused_by_name(fitted_cases):
+    # Found: a CalibratedClassifier or ConformalClassifier state lacking a
+    # parameter failed with Python's AttributeError from get_params.
+    from sklearn_calib.conformal import ConformalClassifier
+
+    clf, X = fitted_cases(TemperatureScaling)[1]
+    logits, y = make_logits(n_samples=300, n_classes=3, seed=2)
+    for estimator in (clf, ConformalClassifier().fit(logits, y)):
+        edited = pickle.loads(pickle.dumps(estimator))
+        del edited.calibrator
+        with pytest.raises(ValueError, match=r"lacks its parameters \['calibrator'\]"):
+            pickle.loads(pickle.dumps(edited))
+        edited = pickle.loads(pickle.dumps(estimator))
+        edited.device = "cpu"
+        with pytest.raises(ValueError, match=r"holds \['device'\], which are not"):
+            pickle.loads(pickle.dumps(edited))
+
+
 def test_loading_an_edited_calibrated_classifier_raises(fitted_cases):
     clf, _ = fitted_cases(TemperatureScaling)[1]
     edited = pickle.loads(pickle.dumps(clf))

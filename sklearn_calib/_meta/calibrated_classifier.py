@@ -28,6 +28,7 @@ from ..utils._fitted_state import (
     check_state_classes,
     check_state_int,
     check_state_list,
+    check_state_parameters,
     fail_state,
     get_state,
     is_fitted_state,
@@ -499,6 +500,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     def __setstate__(self, state):
         # Files of an earlier version have no classes parameter.
         state.setdefault("classes", None)
+        check_state_parameters(type(self), state)
         super().__setstate__(state)
         # Any fitted attribute: checked in full, classes_ deleted or not.
         if is_fitted_state(state):

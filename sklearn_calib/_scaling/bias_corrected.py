@@ -617,8 +617,17 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         mask = mask_of(logits)
-        logits = zero_masked(logits, mask)
-        out = logits.astype(np.float64) / self.temperature_ + self.intercept_
+        # Each row is shifted by its maximum first (as scale_logits does): the
+        # shift changes no softmax of z / T + b and is exact, while z / T
+        # rounds to the precision of |z| (logits offset by 1e4 moved float32
+        # log-probabilities by 4e-4). A row whose shift overflows (finite
+        # logits spread beyond float64's range) is not shifted.
+        work = logits.astype(np.float64)
+        with np.errstate(over="ignore"):
+            shifted = work - work.max(axis=1, keepdims=True)
+        overflow = np.isneginf(shifted) & np.isfinite(work)
+        work = np.where(overflow.any(axis=1, keepdims=True), work, shifted)
+        out = zero_masked(work, mask) / self.temperature_ + self.intercept_
         return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):
@@ -634,5 +643,7 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
         from .._torch._scaling_modules import VectorScalingModule
 
         return VectorScalingModule(
-            np.full(len(self.classes_), 1.0 / self.temperature_), self.intercept_
+            np.full(len(self.classes_), 1.0 / self.temperature_),
+            self.intercept_,
+            tied=True,
         )

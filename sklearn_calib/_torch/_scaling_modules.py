@@ -22,9 +22,13 @@ class TemperatureModule(nn.Module):
         self.register_buffer(
             "inverse_temperature", torch.tensor(inverse, dtype=torch.float64)
         )
-        # T < 1 can overflow z / T: the logits are then shifted first, so
-        # that a small T sends them to -inf, never +inf. T >= 1 cannot, and
-        # the shift could itself overflow on logits near the float range.
+        # The logits are shifted by their row maximum first, as predict_proba
+        # does (scale_logits): the shift is exact near the maximum, while
+        # z / T first rounds to the precision of |z| (float32 logits near 1e4
+        # moved log-probabilities by 1e-4). T < 1 then sends entries to -inf,
+        # never +inf. Where the shift itself overflows (finite logits spread
+        # beyond the dtype's range), T >= 1 scales that row first, which
+        # cannot overflow.
         self.shift_first = bool(inverse > 1.0)
         # float32 logits spread by less than ~1e-38 fit a T whose inverse is
         # beyond float32's range: it is then applied as two factors, a power
@@ -35,8 +39,12 @@ class TemperatureModule(nn.Module):
         if logits.shape[-1] == 1:
             logits = torch.cat([torch.zeros_like(logits), logits], dim=-1)
         scale = self.inverse_temperature
+        shifted = logits - logits.amax(dim=-1, keepdim=True)
         if self.shift_first:
-            logits = logits - logits.amax(dim=-1, keepdim=True)
+            logits = shifted
+        else:
+            overflow = torch.isneginf(shifted) & torch.isfinite(logits)
+            logits = torch.where(overflow.any(dim=-1, keepdim=True), logits, shifted)
         if self.split_scale:
             power = torch.exp2(torch.floor(torch.log2(scale) / 2))
             logits = logits * power.to(logits.dtype)
@@ -96,19 +104,31 @@ class VectorScalingModule(nn.Module):
     A single score column ``s`` (binary problem) is read as the logits (0, s).
     A masked class (logit ``-inf``) keeps log-probability ``-inf``, whatever
     the sign of its scale.
+
+    ``tied=True`` (one scale for every class: bias-corrected temperature
+    scaling) computes in float64 and shifts each row by its maximum first,
+    as that calibrator's ``predict_proba`` does: the shift changes no softmax
+    of ``z / T + b`` and is exact, while ``z / T`` rounds to the precision of
+    ``|z|``. A row whose shift overflows (finite logits spread beyond
+    float64's range) is not shifted.
     """
 
-    def __init__(self, coef, intercept):
+    def __init__(self, coef, intercept, tied: bool = False):
         super().__init__()
         self.register_buffer("coef", torch.as_tensor(coef, dtype=torch.float64).clone())
         self.register_buffer(
             "intercept", torch.as_tensor(intercept, dtype=torch.float64).clone()
         )
-        self.in_float64 = _beyond_float32(coef, intercept)
+        self.tied = bool(tied)
+        self.in_float64 = self.tied or _beyond_float32(coef, intercept)
 
     def forward(self, logits: torch.Tensor) -> torch.Tensor:
         dtype = logits.dtype
         logits, masked = _logits_and_mask(logits, self.in_float64)
+        if self.tied:
+            shifted = logits - logits.amax(dim=-1, keepdim=True)
+            overflow = (torch.isneginf(shifted) & ~masked).any(dim=-1, keepdim=True)
+            logits = torch.where(overflow, logits, shifted)
         coef = self.coef.to(logits.dtype)
         intercept = self.intercept.to(logits.dtype)
         # 0 stands in for -inf, whose product with a scale could be +inf or NaN.

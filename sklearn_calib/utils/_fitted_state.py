@@ -40,6 +40,39 @@ def is_fitted_state(state):
     )
 
 
+def check_state_parameters(estimator_class, state):
+    """A saved ``__dict__`` holds exactly the constructor parameters of the class.
+
+    A file whose class name was edited (or written by another class) holds
+    the parameters of that other class: a missing one failed later with
+    Python's ``AttributeError`` (``get_params``), and one the class does not
+    take was carried silently with the fitted attributes of the other class
+    (a bias-corrected temperature state loaded as temperature scaling
+    predicted without its biases). Keys ending in ``_`` (fitted attributes)
+    or starting with ``_`` (private ones) are not parameters.
+    """
+    params = set(estimator_class._get_param_names())
+    names = [key for key in state if isinstance(key, str)]
+    missing = sorted(params.difference(names))
+    foreign = sorted(
+        key
+        for key in names
+        if not key.endswith("_") and not key.startswith("_") and key not in params
+    )
+    problems = []
+    if missing:
+        problems.append(f"lacks its parameters {missing}")
+    if foreign:
+        problems.append(f"holds {foreign}, which are not its parameters")
+    if problems:
+        raise ValueError(
+            f"The saved state of {estimator_class.__name__} "
+            f"{' and '.join(problems)}; it was written by another class or "
+            "edited (check the class name in the file). Refit the estimator "
+            "instead of loading it."
+        )
+
+
 def _fail(estimator, name, problem):
     raise ValueError(
         f"Fitted attribute {name} of {type(estimator).__name__} {problem}; this "

@@ -171,6 +171,30 @@ def test_to_torch_matches_predict_proba():
     np.testing.assert_allclose(out, est.predict_proba(logits), rtol=1e-6, atol=1e-12)
 
 
+@pytest.mark.parametrize("dtype, offset", [(np.float32, 1e4), (np.float64, 1e13)])
+def test_offset_logits_predict_as_their_gaps(dtype, offset):
+    # Found: z / T + b was formed before any shift, rounding to the precision
+    # of |z|: float32 logits offset by 1e4 gave log-probabilities 4e-4 off
+    # (transform) and 7e-4 off (to_torch), 2.5e-2 and 3.6e-2 at 1e6, although
+    # the map is invariant to adding a constant to a row.
+    X, y = make_logits(n_samples=600, n_classes=4, seed=3)
+    bcts = BiasCorrectedTemperatureScaling(device="cpu").fit(X, y)
+    rng = np.random.default_rng(1)
+    Z = (rng.normal(scale=4.0, size=(50, 4)) + offset).astype(dtype)
+    Z[::3, 1] = -np.inf
+    # The shift is exact in float64 (the finite logits are within a factor 2).
+    gaps = Z.astype(np.float64) - Z.max(axis=1, keepdims=True)
+    # A masked class (-inf) stays -inf: scipy's softmax gives it 0.
+    exact = scipy_log_softmax(gaps / bcts.temperature_ + bcts.intercept_, axis=1)
+    atol = 1e-6 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(bcts.transform(Z), exact, rtol=0, atol=atol)
+    torch = pytest.importorskip("torch")
+    with torch.no_grad():
+        out = bcts.to_torch()(torch.from_numpy(Z)).numpy()
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, exact, rtol=0, atol=atol)
+
+
 def test_hessian_vector_product_and_many_class_path(monkeypatch):
     from sklearn_calib._scaling import bias_corrected as _bias_corrected
     from sklearn_calib._scaling.bias_corrected import bcts_hessp

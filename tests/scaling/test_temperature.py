@@ -281,6 +281,28 @@ def test_to_torch_matches_transform_and_scripts():
     )
 
 
+@pytest.mark.parametrize("dtype, offset", [(np.float32, 1e4), (np.float64, 1e13)])
+def test_to_torch_shifts_offset_logits_as_transform_does(dtype, offset):
+    # Found: with T >= 1 the module scaled z / T before the shift by the row
+    # maximum, rounding to the precision of |z|: float32 logits near 1e4 gave
+    # log-probabilities 1.3e-4 off transform's (8e-3 near 1e6).
+    torch = pytest.importorskip("torch")
+    X, y = make_logits(n_samples=300, n_classes=4, seed=6)
+    ts = TemperatureScaling(device="cpu").fit(X, y)
+    assert ts.temperature_ > 1
+    rng = np.random.default_rng(1)
+    Z = (rng.normal(scale=4.0, size=(50, 4)) + offset).astype(dtype)
+    # The shift is exact in float64 (the logits are within a factor 2).
+    gaps = Z.astype(np.float64) - Z.max(axis=1, keepdims=True)
+    exact = scipy_log_softmax(gaps / ts.temperature_, axis=1)
+    atol = 1e-5 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(ts.transform(Z), exact, rtol=0, atol=atol)
+    with torch.no_grad():
+        out = ts.to_torch()(torch.from_numpy(Z)).numpy()
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, exact, rtol=0, atol=atol)
+
+
 def test_fitted_state_is_plain_python():
     X, y = make_logits(n_samples=200, n_classes=3, seed=1)
     ts = TemperatureScaling(device="cpu").fit(X, y)
