@@ -158,6 +158,14 @@ def test_not_calibration_losses():
             lambda: size_stratified_coverage([0, 1], [[1, 0], [0, 1]], bins=[2, 1]),
             "bins",
         ),
+        (
+            # NaN compares false: it passed the increasing-edges check and
+            # gave one stratum [1, nan] holding every size.
+            lambda: size_stratified_coverage(
+                [0, 1], [[1, 0], [0, 1]], bins=[1, np.nan]
+            ),
+            "bins",
+        ),
     ],
 )
 def test_bad_input_raises(call, message):

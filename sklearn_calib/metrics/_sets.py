@@ -254,7 +254,7 @@ def size_stratified_coverage(
             edges.ndim != 1
             or edges.shape[0] < 2
             or not np.issubdtype(edges.dtype, np.number)
-            or np.any(np.diff(edges) <= 0)
+            or not np.all(np.diff(edges) > 0)
         ):
             raise ValueError(
                 "bins must be at least two increasing set sizes (stratum edges); "
