@@ -1,5 +1,7 @@
 """Calibration metrics against hand-computed values, slow reference loops and peers."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.calibration import calibration_curve as sklearn_calibration_curve
@@ -630,8 +632,9 @@ def test_metric_invariances(name, metric, registry_data):
             metric(y, proba, sample_weight=weights), rel=1e-9, abs=1e-13
         )
         # to the ends of the float64 range (the RMS error squared its
-        # weighted gaps: inf at 2**560, silently off by 0.07 at 2**-560)
-        for scale in (2.0**560, 2.0**-560):
+        # weighted gaps: inf at 2**560, silently off by 0.07 at 2**-560; at
+        # 2**1020 the sums of the weights overflowed: NaN, or a smooth ECE of 0)
+        for scale in (2.0**560, 2.0**-560, 2.0**1020):
             assert metric(y, proba, sample_weight=weights * scale) == pytest.approx(
                 metric(y, proba, sample_weight=weights), rel=1e-9, abs=1e-13
             )
@@ -640,6 +643,17 @@ def test_metric_invariances(name, metric, registry_data):
     # row order does not matter
     order = np.random.default_rng(19).permutation(len(y))
     assert metric(y[order], proba[order]) == pytest.approx(value, rel=1e-10, abs=1e-13)
+
+
+def test_brier_decomposition_weights_near_the_float64_maximum(registry_data):
+    # Its sums of weights overflowed: NaN terms with numpy's RuntimeWarnings.
+    proba, y, weights = registry_data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = brier_score_decomposition(y, proba, sample_weight=weights * 2.0**1020)
+    np.testing.assert_allclose(
+        scaled, brier_score_decomposition(y, proba, sample_weight=weights), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("name, metric", METRICS, ids=[name for name, _ in METRICS])

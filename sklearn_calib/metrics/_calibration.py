@@ -13,7 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, scale_free_weights
 from ._accumulators import BinnedCalibrationAccumulator
 from ._bin_statistics import Binning
 
@@ -70,8 +70,9 @@ def _binned_metric(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
     state = binned_state(
-        y_codes, y_prob, sample_weight, multiclass=multiclass, **params
-    )
+        y_codes, y_prob, scale_free_weights(sample_weight), multiclass=multiclass,
+        **params,
+    )  # fmt: skip
     return state._value(reduction)
 
 
