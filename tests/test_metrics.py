@@ -645,6 +645,26 @@ def test_metric_invariances(name, metric, registry_data):
     assert metric(y[order], proba[order]) == pytest.approx(value, rel=1e-10, abs=1e-13)
 
 
+@pytest.mark.parametrize("multiclass", ["top-label", "classwise"])
+def test_calibration_curve_weights_near_the_float64_maximum(registry_data, multiclass):
+    # The bins' sums of weights overflowed: NaN accuracies and confidences,
+    # and interval= raised binomial_interval's 'must be finite'. The counts
+    # stay in the caller's scale (inf where the sum exceeds float64's range).
+    proba, y, weights = registry_data
+    kwargs = dict(multiclass=multiclass, interval="wilson")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = calibration_curve(
+            y, proba, sample_weight=weights * 2.0**1020, **kwargs
+        )
+    curve = calibration_curve(y, proba, sample_weight=weights, **kwargs)
+    for name in ("accuracy", "confidence", "accuracy_low", "accuracy_high"):
+        np.testing.assert_array_equal(getattr(scaled, name), getattr(curve, name))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(scaled.count, curve.count * 2.0**1020)
+    assert np.isinf(scaled.count).any()
+
+
 def test_brier_decomposition_weights_near_the_float64_maximum(registry_data):
     # Its sums of weights overflowed: NaN terms with numpy's RuntimeWarnings.
     proba, y, weights = registry_data
