@@ -895,6 +895,25 @@ def test_bootstrap_equal_mass_edges_ignore_the_weights_scale(scale):
     np.testing.assert_allclose(scaled.resamples, unscaled.resamples, rtol=1e-9)
 
 
+@pytest.mark.parametrize(
+    "metric, params", BATCHED, ids=[m.__name__ for m, _ in BATCHED]
+)
+def test_bootstrap_batches_ignore_the_weights_scale(metric, params):
+    # counts * weights overflowed for weights near the float64 maximum: the
+    # value was right, every resample NaN (an interval [nan, nan]) with
+    # numpy's overflow warnings.
+    proba, y = make_probabilities(120, 3, seed=26)
+    weights = np.random.default_rng(27).integers(0, 4, size=120).astype(float)
+    common = dict(n_resamples=30, random_state=0, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = bootstrap_interval(
+            metric, y, proba, sample_weight=weights * 2.0**1020, **common
+        )
+    unscaled = bootstrap_interval(metric, y, proba, sample_weight=weights, **common)
+    np.testing.assert_array_equal(scaled.resamples, unscaled.resamples)
+
+
 def test_bootstrap_interval_properties():
     proba, y = make_probabilities(400, 4, seed=22)
     first = bootstrap_interval(expected_calibration_error, y, proba, random_state=3)
