@@ -257,6 +257,35 @@ def test_empty_state_and_zero_weights_raise():
     assert state.n_samples == 0
 
 
+@pytest.mark.parametrize("make", [BinnedCalibrationAccumulator, ProperScoreAccumulator])
+def test_empty_list_chunk_fixes_no_width(make):
+    # [] says nothing about the number of classes: it fixed 2 columns (a
+    # binary column) and the next chunk of 3 was refused.
+    logits, y = random_logits(40, 3)
+    proba = softmax(logits)
+    state = make().update([], []).update(y, proba)
+    assert state.n_samples == 40
+    np.testing.assert_array_equal(
+        state.to_vector(), make().update(y, proba).to_vector()
+    )
+    state = make().update_logits([], np.empty(0)).update_logits(y, logits)
+    assert state.n_samples == 40 and state.n_classes == 3
+    merged = make().update(y, proba) + make().update([], [])
+    assert merged.n_samples == 40
+    # Once the width is known, [] is an empty chunk of it (it was refused).
+    assert make().update(y, proba).update([], []).n_samples == 40
+    with pytest.raises(ValueError, match="shape"):
+        make().update([0], [])
+
+
+def test_vector_of_a_fresh_binned_state_raises():
+    # Its sums are not allocated before the number of classes is known: the
+    # vector was an object array [None, None, None, 0.0].
+    with pytest.raises(ValueError, match="vector_size"):
+        BinnedCalibrationAccumulator().to_vector()
+    np.testing.assert_array_equal(ProperScoreAccumulator().to_vector(), np.zeros(4))
+
+
 def test_merge_checks_compatibility():
     a = BinnedCalibrationAccumulator(n_bins=10).update([0], [[0.7, 0.3]])
     with pytest.raises(ValueError, match="different n_bins"):

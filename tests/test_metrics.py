@@ -1,5 +1,7 @@
 """Calibration metrics against hand-computed values, slow reference loops and peers."""
 
+import warnings
+
 import numpy as np
 import pytest
 from sklearn.calibration import calibration_curve as sklearn_calibration_curve
@@ -630,8 +632,9 @@ def test_metric_invariances(name, metric, registry_data):
             metric(y, proba, sample_weight=weights), rel=1e-9, abs=1e-13
         )
         # to the ends of the float64 range (the RMS error squared its
-        # weighted gaps: inf at 2**560, silently off by 0.07 at 2**-560)
-        for scale in (2.0**560, 2.0**-560):
+        # weighted gaps: inf at 2**560, silently off by 0.07 at 2**-560; at
+        # 2**1020 the sums of the weights overflowed: NaN, or a smooth ECE of 0)
+        for scale in (2.0**560, 2.0**-560, 2.0**1020):
             assert metric(y, proba, sample_weight=weights * scale) == pytest.approx(
                 metric(y, proba, sample_weight=weights), rel=1e-9, abs=1e-13
             )
@@ -640,6 +643,37 @@ def test_metric_invariances(name, metric, registry_data):
     # row order does not matter
     order = np.random.default_rng(19).permutation(len(y))
     assert metric(y[order], proba[order]) == pytest.approx(value, rel=1e-10, abs=1e-13)
+
+
+@pytest.mark.parametrize("multiclass", ["top-label", "classwise"])
+def test_calibration_curve_weights_near_the_float64_maximum(registry_data, multiclass):
+    # The bins' sums of weights overflowed: NaN accuracies and confidences,
+    # and interval= raised binomial_interval's 'must be finite'. The counts
+    # stay in the caller's scale (inf where the sum exceeds float64's range).
+    proba, y, weights = registry_data
+    kwargs = dict(multiclass=multiclass, interval="wilson")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = calibration_curve(
+            y, proba, sample_weight=weights * 2.0**1020, **kwargs
+        )
+    curve = calibration_curve(y, proba, sample_weight=weights, **kwargs)
+    for name in ("accuracy", "confidence", "accuracy_low", "accuracy_high"):
+        np.testing.assert_array_equal(getattr(scaled, name), getattr(curve, name))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(scaled.count, curve.count * 2.0**1020)
+    assert np.isinf(scaled.count).any()
+
+
+def test_brier_decomposition_weights_near_the_float64_maximum(registry_data):
+    # Its sums of weights overflowed: NaN terms with numpy's RuntimeWarnings.
+    proba, y, weights = registry_data
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = brier_score_decomposition(y, proba, sample_weight=weights * 2.0**1020)
+    np.testing.assert_allclose(
+        scaled, brier_score_decomposition(y, proba, sample_weight=weights), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("name, metric", METRICS, ids=[name for name, _ in METRICS])
@@ -859,6 +893,25 @@ def test_bootstrap_equal_mass_edges_ignore_the_weights_scale(scale):
     )
     np.testing.assert_allclose(scaled.resamples, looped.resamples, rtol=1e-9)
     np.testing.assert_allclose(scaled.resamples, unscaled.resamples, rtol=1e-9)
+
+
+@pytest.mark.parametrize(
+    "metric, params", BATCHED, ids=[m.__name__ for m, _ in BATCHED]
+)
+def test_bootstrap_batches_ignore_the_weights_scale(metric, params):
+    # counts * weights overflowed for weights near the float64 maximum: the
+    # value was right, every resample NaN (an interval [nan, nan]) with
+    # numpy's overflow warnings.
+    proba, y = make_probabilities(120, 3, seed=26)
+    weights = np.random.default_rng(27).integers(0, 4, size=120).astype(float)
+    common = dict(n_resamples=30, random_state=0, **params)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = bootstrap_interval(
+            metric, y, proba, sample_weight=weights * 2.0**1020, **common
+        )
+    unscaled = bootstrap_interval(metric, y, proba, sample_weight=weights, **common)
+    np.testing.assert_array_equal(scaled.resamples, unscaled.resamples)
 
 
 def test_bootstrap_interval_properties():

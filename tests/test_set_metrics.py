@@ -1,5 +1,7 @@
 """Metrics of prediction sets: coverage, sizes, strata, classes."""
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -105,6 +107,29 @@ def test_weights_lists_and_row_order(metric):
     np.testing.assert_allclose(metric(y[order], sets[order]), value, rtol=1e-12)
 
 
+@pytest.mark.parametrize("metric", SET_METRICS)
+@pytest.mark.parametrize("scale", [1e-320, 2.0**-1000, 2.0**1000, 1e307])
+def test_weights_scale_free(metric, scale):
+    # Only the weights' ratios count: sums of weights of 1e307 overflowed
+    # (NaN coverages and sizes), subnormal ones lost their bits.
+    rng = np.random.default_rng(1)
+    sets = rng.random((400, 4)) < 0.4
+    y = rng.integers(0, 4, size=400)
+    weights = rng.integers(0, 3, size=400).astype(float)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scaled = metric(y, sets, sample_weight=weights * scale)
+    np.testing.assert_allclose(
+        scaled, metric(y, sets, sample_weight=weights), rtol=1e-12
+    )
+
+
+def test_stratum_weights_keep_the_callers_scale():
+    weights = np.array([1.0, 2.0, 3.0, 4.0, 5.0]) * 2.0**-1000
+    strata = size_stratified_coverage(Y, SETS, sample_weight=weights)
+    np.testing.assert_array_equal(strata.weight, np.array([5, 1, 5, 4]) * 2.0**-1000)
+
+
 def test_not_calibration_losses():
     # Set metrics take sets, not probabilities: they stay out of the registry
     # of calibration metrics (and its probability-based checks).
@@ -131,6 +156,14 @@ def test_not_calibration_losses():
         ),
         (
             lambda: size_stratified_coverage([0, 1], [[1, 0], [0, 1]], bins=[2, 1]),
+            "bins",
+        ),
+        (
+            # NaN compares false: it passed the increasing-edges check and
+            # gave one stratum [1, nan] holding every size.
+            lambda: size_stratified_coverage(
+                [0, 1], [[1, 0], [0, 1]], bins=[1, np.nan]
+            ),
             "bins",
         ),
     ],

@@ -192,6 +192,8 @@ class _Accumulator:
         self : object
             The updated accumulator.
         """
+        if self._skip_empty_1d(y_true, y_prob, sample_weight):
+            return self
         y_codes, y_prob, weights = self._check_chunk(y_true, y_prob, sample_weight)
         return self._update_validated(y_codes, y_prob, weights)
 
@@ -214,10 +216,27 @@ class _Accumulator:
         self : object
             The updated accumulator.
         """
+        if self._skip_empty_1d(y_true, logits, sample_weight, input_name="logits"):
+            return self
         y_codes, proba, weights = self._check_logits_chunk(
             y_true, logits, sample_weight
         )
         return self._update_validated(y_codes, proba, weights)
+
+    def _skip_empty_1d(self, y_true, values, sample_weight, *, input_name="y_prob"):
+        """Whether the chunk is empty and 1-D: it adds nothing, fixes nothing.
+
+        ``[]`` (or an empty 1-D array) says nothing about the number of
+        classes: read as a binary column, it fixed 2 columns (the next chunk
+        of 3 was refused) or was refused after chunks of 3. Its labels and
+        weights must be empty too.
+        """
+        values = _as_array(values)
+        if values.ndim != 1 or values.shape[0] != 0:
+            return False
+        check_labels_per_row(_as_array(y_true), 0, name="y_true", rows_of=input_name)
+        _chunk_weights(sample_weight, 0)
+        return True
 
     def _update_validated(self, y_codes, y_prob, weights):
         if self.n_classes is None:
@@ -291,6 +310,12 @@ class _Accumulator:
 
     def to_vector(self):
         """The sums and the row count as one flat float64 array."""
+        if any(sums is None for sums in self._sums()):
+            raise ValueError(
+                "This accumulator has seen no chunk, so the length of its vector "
+                "(which depends on the number of classes) is unknown; an empty "
+                "state's vector is np.zeros(vector_size(n_classes))."
+            )
         return np.concatenate(
             [np.ravel(s) for s in self._sums()] + [[float(self.n_samples)]]
         )

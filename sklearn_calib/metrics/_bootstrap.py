@@ -17,7 +17,7 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ..utils._compat import Interval, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, scale_free_weights
 from . import _calibration as _cal
 from . import _proper, _smooth
 from ._bin_statistics import BinnedMetric, slabs
@@ -193,6 +193,9 @@ def bootstrap_interval(
         y_codes, y_prob, sample_weight, _ = check_metric_inputs(
             y_true, y_prob, sample_weight=sample_weight, labels=labels
         )
+        # The batched metrics depend on the weights' ratios only: divided by
+        # a power of two (exact), counts * weights cannot overflow.
+        sample_weight = scale_free_weights(sample_weight)
         evaluate = factory(y_codes, y_prob, **metric_params)
         n_samples = y_codes.shape[0]
         resampled = np.concatenate(

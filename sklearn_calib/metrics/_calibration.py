@@ -13,7 +13,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import (
+    check_metric_inputs,
+    scale_free_weights,
+    weight_scale,
+)
 from ._accumulators import BinnedCalibrationAccumulator
 from ._bin_statistics import Binning
 
@@ -70,8 +74,9 @@ def _binned_metric(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
     state = binned_state(
-        y_codes, y_prob, sample_weight, multiclass=multiclass, **params
-    )
+        y_codes, y_prob, scale_free_weights(sample_weight), multiclass=multiclass,
+        **params,
+    )  # fmt: skip
     return state._value(reduction)
 
 
@@ -514,27 +519,34 @@ def calibration_curve(
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
+    # The bins are filled with the weights divided by a power of two (exact),
+    # so that their sums cannot overflow; the counts are given in the
+    # caller's scale (inf where their sum exceeds float64's range).
+    unit = 1.0 if sample_weight is None else weight_scale(sample_weight)
+    scaled = scale_free_weights(sample_weight)
     state = binned_state(
         y_codes,
         y_prob,
-        sample_weight,
+        scaled,
         n_bins=n_bins,
         strategy=strategy,
         multiclass=multiclass,
     )
     curve = state.calibration_curve()
+    with np.errstate(over="ignore"):
+        count = curve.count * unit
     if interval is None:
-        return curve
+        return curve._replace(count=count)
     from ._binomial import bin_accuracy_interval
 
     low, high = bin_accuracy_interval(
         curve,
         y_codes,
         y_prob,
-        sample_weight,
+        scaled,
         multiclass=multiclass,
         strategy=strategy,
         method=interval,
         confidence_level=confidence_level,
     )
-    return CalibrationCurveInterval(*curve, low, high)
+    return CalibrationCurveInterval(*curve._replace(count=count), low, high)

@@ -7,7 +7,7 @@ inputs and read the score off one update of an accumulator.
 """
 
 from ..utils._compat import validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, scale_free_weights
 from ._accumulators import ProperScoreAccumulator
 from ._calibration import BINNED_CONSTRAINTS, COMMON_CONSTRAINTS, binned_state
 
@@ -68,7 +68,9 @@ def log_loss(y_true, y_prob, *, sample_weight=None, labels=None):
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    return _proper_state(y_codes, y_prob, sample_weight, "log_loss").log_loss()
+    return _proper_state(
+        y_codes, y_prob, scale_free_weights(sample_weight), "log_loss"
+    ).log_loss()
 
 
 @validate_params(COMMON_CONSTRAINTS, prefer_skip_nested_validation=True)
@@ -120,7 +122,9 @@ def brier_score(y_true, y_prob, *, sample_weight=None, labels=None):
     y_codes, y_prob, sample_weight, _ = check_metric_inputs(
         y_true, y_prob, sample_weight=sample_weight, labels=labels
     )
-    return _proper_state(y_codes, y_prob, sample_weight, "brier_score").brier_score()
+    return _proper_state(
+        y_codes, y_prob, scale_free_weights(sample_weight), "brier_score"
+    ).brier_score()
 
 
 @validate_params(BINNED_CONSTRAINTS, prefer_skip_nested_validation=True)
@@ -195,7 +199,7 @@ def brier_score_decomposition(
     state = binned_state(
         y_codes,
         y_prob,
-        sample_weight,
+        scale_free_weights(sample_weight),
         n_bins=n_bins,
         strategy=strategy,
         multiclass="classwise",

@@ -17,6 +17,7 @@ from ..utils._validation import (
     check_sample_weight,
     check_true_labels,
     encode_metric_labels,
+    weight_scale,
 )
 
 
@@ -41,16 +42,25 @@ def _check_sets(y_set):
 
 
 def _check_weights(sample_weight, y_set):
+    """Checked weights divided by :func:`weight_scale`, and that scale.
+
+    Only the weights' ratios enter the coverages and sizes; dividing by a
+    power of two (exact) keeps their sums finite: weights of 1e308 overflowed
+    them to inf, giving NaN with numpy's RuntimeWarnings.
+    """
     if sample_weight is None:
-        return None
-    return check_sample_weight(sample_weight, y_set)
+        return None, 1.0
+    sample_weight = check_sample_weight(sample_weight, y_set)
+    scale = weight_scale(sample_weight)
+    return sample_weight / scale, scale
 
 
 def _check_set_inputs(y_true, y_set, sample_weight, labels):
     y_set = _check_sets(y_set)
     y_true = check_true_labels(y_true, y_set.shape[0], rows_of="y_set")
     y_codes, classes = encode_metric_labels(y_true, y_set.shape[1], labels)
-    return y_codes, y_set, _check_weights(sample_weight, y_set), classes
+    sample_weight, scale = _check_weights(sample_weight, y_set)
+    return y_codes, y_set, sample_weight, scale
 
 
 def _covered(y_codes, y_set):
@@ -123,7 +133,7 @@ def mean_set_size(y_set, *, sample_weight=None):
     2.0
     """
     y_set = _check_sets(y_set)
-    sample_weight = _check_weights(sample_weight, y_set)
+    sample_weight, _ = _check_weights(sample_weight, y_set)
     return float(np.average(y_set.sum(axis=1), weights=sample_weight))
 
 
@@ -153,7 +163,7 @@ def median_set_size(y_set, *, sample_weight=None):
     1.0
     """
     y_set = _check_sets(y_set)
-    sample_weight = _check_weights(sample_weight, y_set)
+    sample_weight, _ = _check_weights(sample_weight, y_set)
     sizes = y_set.sum(axis=1)
     weights = np.ones(sizes.shape[0]) if sample_weight is None else sample_weight
     order = np.argsort(sizes, kind="stable")
@@ -229,7 +239,7 @@ def size_stratified_coverage(
     >>> result.set_size.tolist(), result.coverage.tolist()
     ([1, 2], [1.0, 0.5])
     """
-    y_codes, y_set, sample_weight, _ = _check_set_inputs(
+    y_codes, y_set, sample_weight, scale = _check_set_inputs(
         y_true, y_set, sample_weight, labels
     )
     sizes = y_set.sum(axis=1)
@@ -244,7 +254,7 @@ def size_stratified_coverage(
             edges.ndim != 1
             or edges.shape[0] < 2
             or not np.issubdtype(edges.dtype, np.number)
-            or np.any(np.diff(edges) <= 0)
+            or not np.all(np.diff(edges) > 0)
         ):
             raise ValueError(
                 "bins must be at least two increasing set sizes (stratum edges); "
@@ -260,7 +270,11 @@ def size_stratified_coverage(
     hits = np.bincount(index, weights=weights * covered, minlength=n_strata)
     with np.errstate(invalid="ignore", divide="ignore"):
         coverage = np.where(total > 0, hits / total, np.nan)
-    return SetSizeCoverage(set_size=strata, coverage=coverage, weight=total)
+    # The weights were divided by scale: the totals in the caller's scale
+    # (inf where they exceed float64's range, as their sum does).
+    with np.errstate(over="ignore"):
+        weight = total * scale
+    return SetSizeCoverage(set_size=strata, coverage=coverage, weight=weight)
 
 
 def classwise_coverage(y_true, y_set, *, sample_weight=None, labels=None):

@@ -29,7 +29,7 @@ import numpy as np
 from scipy import fft
 
 from ..utils._compat import Interval, validate_params
-from ..utils._validation import check_metric_inputs
+from ..utils._validation import check_metric_inputs, weight_scale
 from ._bin_statistics import slabs, top_label
 from ._calibration import COMMON_CONSTRAINTS
 
@@ -70,6 +70,9 @@ class _SmoothECE:
         """
         if weights is not None:
             weights = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+            # Divided first by a power of two (exact), so that the mean
+            # cannot overflow (400 weights of 1e307: a smooth ECE of 0).
+            weights = weights / weight_scale(weights)
             # The density floor (1e-4) is in units of one unweighted sample:
             # weights rescaled to mean 1 keep it there, so that scaling every
             # weight by a constant changes nothing, and unit weights (or

@@ -732,6 +732,19 @@ def weight_scale(sample_weight):
     return float(np.ldexp(1.0, np.frexp(largest)[1] - 1))
 
 
+def scale_free_weights(sample_weight):
+    """Checked weights divided by :func:`weight_scale` (None stays None).
+
+    For values that depend on the weights' ratios only (the binned errors,
+    the proper scores, the smooth ECE): the division is exact, so ordinary
+    weights give bit-identical results, and their sums cannot overflow
+    (400 weights of 1e307 summed to inf: NaN, or a smooth ECE of 0).
+    """
+    if sample_weight is None:
+        return None
+    return sample_weight / weight_scale(sample_weight)
+
+
 # The largest value unit_weight returns.
 UNIT_WEIGHT_CAP = 2.0**1000
 
