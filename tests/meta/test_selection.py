@@ -7,6 +7,7 @@ scikit-learn's ``cross_val_score`` on each candidate, and the winner fitted
 on all the data.
 """
 
+import pickle
 import warnings
 
 import numpy as np
@@ -377,6 +378,34 @@ def test_to_torch_delegates_to_the_winner():
     iso = CalibratorSelector([IsotonicCalibration()], cv=3).fit(X, y)
     with pytest.raises(AttributeError, match="no to_torch"):
         iso.to_torch()
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_a_chosen_classifier_predicts_its_own_probabilities(n_classes):
+    # A classifier over logits is a documented candidate; the selector's map
+    # read its transform as log-probabilities: linear discriminant analysis
+    # (a projection on n_classes - 1 axes) gave binary rows of [1, 1], and
+    # logistic regression (no transform) raised AttributeError.
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+    X, y = make_logits(n_samples=150, n_classes=n_classes, seed=7)
+    for candidate in [LinearDiscriminantAnalysis(), LogisticRegression()]:
+        selector = CalibratorSelector([candidate], cv=3).fit(X, y)
+        expected = selector.best_estimator_.predict_proba(X)
+        np.testing.assert_allclose(selector.predict_proba(X), expected, atol=1e-12)
+        np.testing.assert_allclose(selector.transform(X), np.log(expected), atol=1e-12)
+        loaded = pickle.loads(pickle.dumps(selector))
+        np.testing.assert_allclose(loaded.predict_proba(X), expected, atol=1e-12)
+
+    # a class the classifier never saw (y lacks it) keeps probability 0
+    X, y = make_logits(n_samples=150, n_classes=4, seed=7)
+    seen = y != 3
+    selector = CalibratorSelector([LogisticRegression()], cv=3, classes=range(4))
+    proba = selector.fit(X[seen], y[seen]).predict_proba(X)
+    assert np.all(proba[:, 3] == 0)
+    np.testing.assert_allclose(
+        proba[:, :3], selector.best_estimator_.predict_proba(X), atol=1e-12
+    )
 
 
 def test_masked_logits_keep_zero_probability():
