@@ -66,14 +66,18 @@ def _summarise(names, scores, fit_times, score_times):
         ("score_time", score_times),
     ]:
         if n_splits:
-            mean, std = values.mean(axis=1), values.std(axis=1)
+            # infinite scores (a custom scorer's) have a NaN spread
+            with np.errstate(invalid="ignore"):
+                mean, std = values.mean(axis=1), values.std(axis=1)
         else:
             mean = std = np.full(n_candidates, np.nan)
         results[f"mean_{key}"], results[f"std_{key}"] = mean, std
         if key == "test_score":
-            finite = np.where(np.isnan(mean), -np.inf, mean)
-            # rank 1 is best; method="min" gives ties the same rank
-            ranks = rankdata(-finite, method="min").astype(np.int32)
+            # rank 1 is best; method="min" gives ties the same rank. NaN
+            # means share the rank after the last number, -inf included.
+            scored = ~np.isnan(mean)
+            ranks = np.full(n_candidates, scored.sum() + 1, dtype=np.int32)
+            ranks[scored] = rankdata(-mean[scored], method="min")
             results["rank_test_score"] = ranks
     return results
 

@@ -314,6 +314,25 @@ def test_failing_candidate_scores_error_score_and_is_not_chosen():
     assert selector.cv_results_["split0_test_score"][0] == -1e9
 
 
+def test_a_failed_candidate_ranks_after_a_score_of_minus_infinity():
+    # NaN means were ranked as -inf: a candidate that failed on every split
+    # tied with one scored -inf, and the earlier (failed) one was chosen,
+    # with best_score_ NaN.
+    X, y = _biased_logits(n_samples=120)
+
+    def scorer(estimator, X, y, sample_weight=None):
+        if isinstance(estimator, IsotonicCalibration):
+            raise RuntimeError("cannot score")
+        return -np.inf
+
+    candidates = [IsotonicCalibration(), TemperatureScaling(device="cpu")]
+    with pytest.warns(FitFailedWarning, match="cannot score"):
+        selector = CalibratorSelector(candidates, scoring=scorer, cv=3).fit(X, y)
+    assert selector.cv_results_["rank_test_score"].tolist() == [2, 1]
+    assert selector.best_index_ == 1
+    assert selector.best_score_ == -np.inf
+
+
 def test_no_candidate_scored_falls_back_to_the_first_with_warning():
     X, y = make_logits(n_samples=6, n_classes=3, seed=0)
     y = np.array([0, 0, 1, 1, 2, 2])
