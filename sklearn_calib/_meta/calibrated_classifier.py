@@ -281,6 +281,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
                     _safe_indexing(X, train), y[train], **fold_params
                 )
                 folds.append((fold_estimator, test))
+            if not folds:
+                raise ValueError(
+                    f"cv={self.cv!r} gives no (train, test) split: nothing to "
+                    "fit the estimator and calibrator on."
+                )
 
         estimator_classes = self._check_classes([est for est, _ in folds], y, classes)
         # The calibrators see the estimator's columns: code i is its i-th class

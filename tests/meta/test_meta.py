@@ -429,6 +429,13 @@ def test_ensemble_false_needs_a_partition():
         )
 
 
+def test_cv_without_splits_raises():
+    # An empty iterable of splits reached estimators_[0]: IndexError.
+    X, y = _data(3)
+    with pytest.raises(ValueError, match=r"cv=\[\] gives no \(train, test\) split"):
+        CalibratedClassifier(LogisticRegression(), _ts(), cv=[]).fit(X, y)
+
+
 @pytest.mark.parametrize(
     "params, error",
     [
