@@ -19,7 +19,6 @@ from ..utils._compat import HasMethods, Interval, StrOptions, check_is_fitted
 from ..utils._fitted_state import (
     check_state_array,
     check_state_calibrator,
-    check_state_float,
     check_state_int,
     fail_state,
     get_state,
@@ -847,8 +846,18 @@ class CalibratorSelector(BaseCalibrator):
             shape=(n_candidates,),
             numeric=True,
         )
-        best_score = check_state_float(self, "best_score_")
-        if best_score != float(results["mean_test_score"][index]):
+        # NaN where no candidate was scored (fit then uses the first one), -inf
+        # from a custom scorer: states that fit produces.
+        best_score = get_state(self, "best_score_")
+        if isinstance(best_score, (bool, np.bool_)) or not isinstance(best_score, Real):
+            fail_state(
+                self, "best_score_", f"must be a real number, got {best_score!r}"
+            )
+        mean_score = float(results["mean_test_score"][index])
+        if not (
+            float(best_score) == mean_score
+            or (np.isnan(best_score) and np.isnan(mean_score))
+        ):
             fail_state(
                 self, "best_score_", "must be the mean test score of best_index_"
             )

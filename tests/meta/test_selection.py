@@ -314,23 +314,26 @@ def test_failing_candidate_scores_error_score_and_is_not_chosen():
     assert selector.cv_results_["split0_test_score"][0] == -1e9
 
 
+def _minus_infinity_scorer(estimator, X, y, sample_weight=None):
+    """-inf, or an error for isotonic calibration (module level: it pickles)."""
+    if isinstance(estimator, IsotonicCalibration):
+        raise RuntimeError("cannot score")
+    return -np.inf
+
+
 def test_a_failed_candidate_ranks_after_a_score_of_minus_infinity():
     # NaN means were ranked as -inf: a candidate that failed on every split
     # tied with one scored -inf, and the earlier (failed) one was chosen,
     # with best_score_ NaN.
     X, y = _biased_logits(n_samples=120)
-
-    def scorer(estimator, X, y, sample_weight=None):
-        if isinstance(estimator, IsotonicCalibration):
-            raise RuntimeError("cannot score")
-        return -np.inf
-
     candidates = [IsotonicCalibration(), TemperatureScaling(device="cpu")]
+    selector = CalibratorSelector(candidates, scoring=_minus_infinity_scorer, cv=3)
     with pytest.warns(FitFailedWarning, match="cannot score"):
-        selector = CalibratorSelector(candidates, scoring=scorer, cv=3).fit(X, y)
+        selector.fit(X, y)
     assert selector.cv_results_["rank_test_score"].tolist() == [2, 1]
     assert selector.best_index_ == 1
     assert selector.best_score_ == -np.inf
+    assert pickle.loads(pickle.dumps(selector)).best_score_ == -np.inf
 
 
 def test_no_candidate_scored_falls_back_to_the_first_with_warning():
@@ -352,6 +355,28 @@ def test_no_candidate_scored_falls_back_to_the_first_with_warning():
     assert selector.best_index_ == 0
     assert isinstance(selector.best_estimator_, TemperatureScaling)
     assert np.isnan(selector.best_score_)
+
+
+def test_a_selector_that_scored_no_candidate_loads_from_a_pickle():
+    # best_score_ is NaN there (the documented fallback to the first
+    # candidate); the state check required a finite number, so loading the
+    # file fit wrote raised 'this state was not produced by fit'.
+    X, y = make_logits(n_samples=6, n_classes=3, seed=0)
+    candidates = [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
+    selector = CalibratorSelector(candidates, classes=[0, 1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        selector.fit(X[:1], y[:1])
+    assert np.isnan(selector.best_score_)
+    loaded = pickle.loads(pickle.dumps(selector))
+    assert np.isnan(loaded.best_score_)
+    np.testing.assert_array_equal(loaded.predict_proba(X), selector.predict_proba(X))
+
+    # a number where the mean score is NaN is still refused
+    state = selector.__getstate__()
+    state["best_score_"] = -0.5
+    with pytest.raises(ValueError, match="best_score_.*mean test score"):
+        CalibratorSelector().__setstate__(state)
 
 
 @pytest.mark.parametrize(
