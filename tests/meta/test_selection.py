@@ -396,6 +396,16 @@ def test_bad_candidates_raise(calibrators, error, message):
         CalibratorSelector(calibrators, cv=3).fit(X, y)
 
 
+def test_split_indices_outside_the_samples_raise():
+    # Every candidate failed on such a split (IndexError as FitFailedWarning)
+    # and the selector fell back to its first candidate.
+    X, y = _biased_logits(n_samples=60)
+    for bad in [np.arange(30, 70), np.r_[-1, 31:60]]:
+        splits = [(np.arange(30), bad), (np.arange(30, 60), np.arange(30))]
+        with pytest.raises(ValueError, match=r"split 0 test indices outside range"):
+            CalibratorSelector([TemperatureScaling(device="cpu")], cv=splits).fit(X, y)
+
+
 def test_unknown_scoring_name_raises():
     X, y = _biased_logits(n_samples=60)
     with pytest.raises(ValueError, match="not a valid scoring"):
