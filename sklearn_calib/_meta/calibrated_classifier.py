@@ -254,10 +254,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             encode_with_classes(y, classes, y_name="y", name="classes")
         n_classes = np.unique(y).shape[0] if classes is None else classes.shape[0]
         if n_classes > 2 and not get_tags(self).classifier_tags.multi_class:
+            source = "y has" if classes is None else "classes lists"
             raise ValueError(
                 "Only binary classification is supported. "
                 f"{type(self._get_calibrator()).__name__} (or the estimator) "
-                f"handles two classes, but y has {n_classes}."
+                f"handles two classes, but {source} {n_classes}."
             )
         X, y = indexable(X, y)
         if sample_weight is not None:
@@ -282,6 +283,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
                     _safe_indexing(X, train), y[train], **fold_params
                 )
                 folds.append((fold_estimator, test))
+            if not folds:
+                raise ValueError(
+                    f"cv={self.cv!r} gives no (train, test) split: nothing to "
+                    "fit the estimator and calibrator on."
+                )
 
         estimator_classes = self._check_classes([est for est, _ in folds], y, classes)
         # The calibrators see the estimator's columns: code i is its i-th class

@@ -36,7 +36,21 @@ def cv_splits(cv, logits, y):
                 return []
             cv = n_samples
         return list(KFold(cv, shuffle=True, random_state=0).split(logits))
-    return list(check_cv(cv, y, classifier=True).split(logits, y))
+    splits = list(check_cv(cv, y, classifier=True).split(logits, y))
+    n_samples = logits.shape[0]
+    for i, (train, test) in enumerate(splits):
+        for part, indices in (("train", train), ("test", test)):
+            indices = np.asarray(indices)
+            # An index past the rows failed every candidate on the split, and
+            # the selector fell back to its first candidate with warnings.
+            outside = (indices < 0) | (indices >= n_samples)
+            if indices.dtype.kind in "iu" and np.any(outside):
+                raise ValueError(
+                    f"cv gives split {i} {part} indices outside range("
+                    f"{n_samples}) (the {n_samples} calibration samples): "
+                    f"{indices[outside][:5].tolist()}."
+                )
+    return splits
 
 
 def partitions(splits, n_samples):

@@ -19,7 +19,6 @@ from ..utils._compat import HasMethods, Interval, StrOptions, check_is_fitted
 from ..utils._fitted_state import (
     check_state_array,
     check_state_calibrator,
-    check_state_float,
     check_state_int,
     fail_state,
     get_state,
@@ -66,16 +65,38 @@ def _summarise(names, scores, fit_times, score_times):
         ("score_time", score_times),
     ]:
         if n_splits:
-            mean, std = values.mean(axis=1), values.std(axis=1)
+            # infinite scores (a custom scorer's) have a NaN spread
+            with np.errstate(invalid="ignore"):
+                mean, std = values.mean(axis=1), values.std(axis=1)
         else:
             mean = std = np.full(n_candidates, np.nan)
         results[f"mean_{key}"], results[f"std_{key}"] = mean, std
         if key == "test_score":
-            finite = np.where(np.isnan(mean), -np.inf, mean)
-            # rank 1 is best; method="min" gives ties the same rank
-            ranks = rankdata(-finite, method="min").astype(np.int32)
+            # rank 1 is best; method="min" gives ties the same rank. NaN
+            # means share the rank after the last number, -inf included.
+            scored = ~np.isnan(mean)
+            ranks = np.full(n_candidates, scored.sum() + 1, dtype=np.int32)
+            ranks[scored] = rankdata(-mean[scored], method="min")
             results["rank_test_score"] = ranks
     return results
+
+
+def _log_proba(fitted, logits):
+    """Log-probabilities of a fitted candidate, one column per class code.
+
+    A calibrator of this library gives them by ``transform``. Another
+    classifier over logits (fitted on the class codes) gives the log of its
+    ``predict_proba``, whose columns are its ``classes_``: a code it never saw
+    is -inf. Its ``transform``, where it has one, is no such map (linear
+    discriminant analysis projects onto ``n_classes - 1`` axes).
+    """
+    if isinstance(fitted, BaseCalibrator):
+        return fitted.transform(logits)
+    proba = np.asarray(fitted.predict_proba(logits), dtype=np.float64)
+    log_proba = np.full((proba.shape[0], logits.shape[1]), -np.inf)
+    with np.errstate(divide="ignore"):
+        log_proba[:, np.asarray(fitted.classes_, dtype=np.intp)] = np.log(proba)
+    return log_proba
 
 
 def _weight_kwargs(sample_weight):
@@ -395,7 +416,7 @@ def _fit_and_score(
                 scorer(fitted, logits[test], y[test], **_weight_kwargs(test_weight))
             )
             score_time = time.perf_counter() - start
-            oof = fitted.transform(logits[test]) if keep_oof else None
+            oof = _log_proba(fitted, logits[test]) if keep_oof else None
     except Exception as error:
         if error_score == "raise":
             raise
@@ -809,7 +830,12 @@ class CalibratorSelector(BaseCalibrator):
         if index >= n_candidates:
             fail_state(self, "best_index_", f"must be < {n_candidates}, got {index}")
         check_state_int(self, "n_splits_")
-        check_state_calibrator(self, "best_estimator_", n_features=len(self.classes_))
+        n_classes = len(self.classes_)
+        best = get_state(self, "best_estimator_")
+        if isinstance(best, BaseCalibrator) or not hasattr(best, "predict_proba"):
+            check_state_calibrator(self, "best_estimator_", n_features=n_classes)
+        else:
+            self._check_fitted_classifier(best, n_classes)
         results = get_state(self, "cv_results_")
         if not isinstance(results, dict) or "mean_test_score" not in results:
             fail_state(self, "cv_results_", "must be a dict of results")
@@ -820,18 +846,59 @@ class CalibratorSelector(BaseCalibrator):
             shape=(n_candidates,),
             numeric=True,
         )
-        best = check_state_float(self, "best_score_")
-        if best != float(results["mean_test_score"][index]):
+        # NaN where no candidate was scored (fit then uses the first one), -inf
+        # from a custom scorer: states that fit produces.
+        best_score = get_state(self, "best_score_")
+        if isinstance(best_score, (bool, np.bool_)) or not isinstance(best_score, Real):
+            fail_state(
+                self, "best_score_", f"must be a real number, got {best_score!r}"
+            )
+        mean_score = float(results["mean_test_score"][index])
+        if not (
+            float(best_score) == mean_score
+            or (np.isnan(best_score) and np.isnan(mean_score))
+        ):
             fail_state(
                 self, "best_score_", "must be the mean test score of best_index_"
             )
         if not callable(get_state(self, "scorer_")):
             fail_state(self, "scorer_", "must be a callable scorer")
 
+    def _check_fitted_classifier(self, best, n_classes):
+        """A chosen classifier that is no calibrator of this library.
+
+        Fitted on the logits and the class codes: its ``classes_`` are
+        distinct codes in ``range(n_classes)``.
+        """
+        from sklearn.exceptions import NotFittedError
+
+        try:
+            check_is_fitted(best)
+        except NotFittedError:
+            fail_state(
+                self, "best_estimator_", f"must be fitted, got an unfitted {best!r}"
+            )
+        n_seen = getattr(best, "n_features_in_", n_classes)
+        codes = np.asarray(getattr(best, "classes_", []))
+        if (
+            n_seen != n_classes
+            or codes.ndim != 1
+            or codes.dtype.kind not in "iu"
+            or np.unique(codes).shape[0] != codes.shape[0]
+            or codes.min(initial=0) < 0
+            or codes.max(initial=0) >= n_classes
+        ):
+            fail_state(
+                self,
+                "best_estimator_",
+                f"must be fitted on {n_classes} logit columns and class codes in "
+                f"range({n_classes})",
+            )
+
     def _calibrated_logits(self, logits):
         # The chosen calibrator's log-probabilities are calibrated logits:
         # softmax gives back its probabilities, argmax its predictions.
-        return self.best_estimator_.transform(logits)
+        return _log_proba(self.best_estimator_, logits)
 
     def to_torch(self):
         """Export the chosen calibrator as a ``torch.nn.Module``.

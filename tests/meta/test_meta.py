@@ -429,6 +429,28 @@ def test_ensemble_false_needs_a_partition():
         )
 
 
+def test_binary_only_calibrator_refusal_names_where_the_classes_come_from():
+    from sklearn_calib import PlattScaling
+
+    X, y = _data(3)
+    with pytest.raises(ValueError, match="handles two classes, but y has 3"):
+        CalibratedClassifier(LogisticRegression(), PlattScaling(), cv=3).fit(X, y)
+    # two classes in y, three in classes=: the message said 'y has 3'
+    y = (y > 0).astype(int)
+    calibrated = CalibratedClassifier(
+        LogisticRegression(), PlattScaling(), cv=3, classes=[0, 1, 2]
+    )
+    with pytest.raises(ValueError, match="handles two classes, but classes lists 3"):
+        calibrated.fit(X, y)
+
+
+def test_cv_without_splits_raises():
+    # An empty iterable of splits reached estimators_[0]: IndexError.
+    X, y = _data(3)
+    with pytest.raises(ValueError, match=r"cv=\[\] gives no \(train, test\) split"):
+        CalibratedClassifier(LogisticRegression(), _ts(), cv=[]).fit(X, y)
+
+
 @pytest.mark.parametrize(
     "params, error",
     [

@@ -7,6 +7,7 @@ scikit-learn's ``cross_val_score`` on each candidate, and the winner fitted
 on all the data.
 """
 
+import pickle
 import warnings
 
 import numpy as np
@@ -313,6 +314,28 @@ def test_failing_candidate_scores_error_score_and_is_not_chosen():
     assert selector.cv_results_["split0_test_score"][0] == -1e9
 
 
+def _minus_infinity_scorer(estimator, X, y, sample_weight=None):
+    """-inf, or an error for isotonic calibration (module level: it pickles)."""
+    if isinstance(estimator, IsotonicCalibration):
+        raise RuntimeError("cannot score")
+    return -np.inf
+
+
+def test_a_failed_candidate_ranks_after_a_score_of_minus_infinity():
+    # NaN means were ranked as -inf: a candidate that failed on every split
+    # tied with one scored -inf, and the earlier (failed) one was chosen,
+    # with best_score_ NaN.
+    X, y = _biased_logits(n_samples=120)
+    candidates = [IsotonicCalibration(), TemperatureScaling(device="cpu")]
+    selector = CalibratorSelector(candidates, scoring=_minus_infinity_scorer, cv=3)
+    with pytest.warns(FitFailedWarning, match="cannot score"):
+        selector.fit(X, y)
+    assert selector.cv_results_["rank_test_score"].tolist() == [2, 1]
+    assert selector.best_index_ == 1
+    assert selector.best_score_ == -np.inf
+    assert pickle.loads(pickle.dumps(selector)).best_score_ == -np.inf
+
+
 def test_no_candidate_scored_falls_back_to_the_first_with_warning():
     X, y = make_logits(n_samples=6, n_classes=3, seed=0)
     y = np.array([0, 0, 1, 1, 2, 2])
@@ -334,6 +357,28 @@ def test_no_candidate_scored_falls_back_to_the_first_with_warning():
     assert np.isnan(selector.best_score_)
 
 
+def test_a_selector_that_scored_no_candidate_loads_from_a_pickle():
+    # best_score_ is NaN there (the documented fallback to the first
+    # candidate); the state check required a finite number, so loading the
+    # file fit wrote raised 'this state was not produced by fit'.
+    X, y = make_logits(n_samples=6, n_classes=3, seed=0)
+    candidates = [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
+    selector = CalibratorSelector(candidates, classes=[0, 1, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        selector.fit(X[:1], y[:1])
+    assert np.isnan(selector.best_score_)
+    loaded = pickle.loads(pickle.dumps(selector))
+    assert np.isnan(loaded.best_score_)
+    np.testing.assert_array_equal(loaded.predict_proba(X), selector.predict_proba(X))
+
+    # a number where the mean score is NaN is still refused
+    state = selector.__getstate__()
+    state["best_score_"] = -0.5
+    with pytest.raises(ValueError, match="best_score_.*mean test score"):
+        CalibratorSelector().__setstate__(state)
+
+
 @pytest.mark.parametrize(
     "calibrators, error, message",
     [
@@ -349,6 +394,16 @@ def test_bad_candidates_raise(calibrators, error, message):
     X, y = _biased_logits(n_samples=60)
     with pytest.raises(error, match=message):
         CalibratorSelector(calibrators, cv=3).fit(X, y)
+
+
+def test_split_indices_outside_the_samples_raise():
+    # Every candidate failed on such a split (IndexError as FitFailedWarning)
+    # and the selector fell back to its first candidate.
+    X, y = _biased_logits(n_samples=60)
+    for bad in [np.arange(30, 70), np.r_[-1, 31:60]]:
+        splits = [(np.arange(30), bad), (np.arange(30, 60), np.arange(30))]
+        with pytest.raises(ValueError, match=r"split 0 test indices outside range"):
+            CalibratorSelector([TemperatureScaling(device="cpu")], cv=splits).fit(X, y)
 
 
 def test_unknown_scoring_name_raises():
@@ -377,6 +432,34 @@ def test_to_torch_delegates_to_the_winner():
     iso = CalibratorSelector([IsotonicCalibration()], cv=3).fit(X, y)
     with pytest.raises(AttributeError, match="no to_torch"):
         iso.to_torch()
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_a_chosen_classifier_predicts_its_own_probabilities(n_classes):
+    # A classifier over logits is a documented candidate; the selector's map
+    # read its transform as log-probabilities: linear discriminant analysis
+    # (a projection on n_classes - 1 axes) gave binary rows of [1, 1], and
+    # logistic regression (no transform) raised AttributeError.
+    from sklearn.discriminant_analysis import LinearDiscriminantAnalysis
+
+    X, y = make_logits(n_samples=150, n_classes=n_classes, seed=7)
+    for candidate in [LinearDiscriminantAnalysis(), LogisticRegression()]:
+        selector = CalibratorSelector([candidate], cv=3).fit(X, y)
+        expected = selector.best_estimator_.predict_proba(X)
+        np.testing.assert_allclose(selector.predict_proba(X), expected, atol=1e-12)
+        np.testing.assert_allclose(selector.transform(X), np.log(expected), atol=1e-12)
+        loaded = pickle.loads(pickle.dumps(selector))
+        np.testing.assert_allclose(loaded.predict_proba(X), expected, atol=1e-12)
+
+    # a class the classifier never saw (y lacks it) keeps probability 0
+    X, y = make_logits(n_samples=150, n_classes=4, seed=7)
+    seen = y != 3
+    selector = CalibratorSelector([LogisticRegression()], cv=3, classes=range(4))
+    proba = selector.fit(X[seen], y[seen]).predict_proba(X)
+    assert np.all(proba[:, 3] == 0)
+    np.testing.assert_allclose(
+        proba[:, :3], selector.best_estimator_.predict_proba(X), atol=1e-12
+    )
 
 
 def test_masked_logits_keep_zero_probability():
