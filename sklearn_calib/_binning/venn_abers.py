@@ -100,11 +100,21 @@ def _pooled_mean(tw, ts, left, right, prefix, suffix):
             return ts / tw
 
 
-# Scores closer than this fraction of the pair's largest |score| are ties: a
-# model's outputs for identical inputs can differ in the last bits (BLAS
-# kernels sum in an order that depends on a row's position in the batch), and
-# a tie or not is a jump in the Venn-Abers probabilities.
+# Scores closer than this fraction of their scale are ties: a model's outputs
+# for identical inputs can differ in the last bits (BLAS kernels sum in an
+# order that depends on a row's position in the batch), and a tie or not is a
+# jump in the Venn-Abers probabilities. The scale of two neighbouring scores
+# is the larger of their magnitudes and the median magnitude of the problem's
+# scores (noise near 0 is that of the terms summed): not the largest score,
+# of which one far out (1e20) would tie every other score into one group.
 TIE_RTOL = 1e-12
+
+
+def _tie_tolerance(values, typical):
+    """TIE_RTOL times the scale of each value (0 for infinite values)."""
+    finite = np.isfinite(values)
+    scale = np.maximum(np.abs(np.where(finite, values, 0.0)), typical)
+    return np.where(finite, TIE_RTOL * scale, 0.0)
 
 
 def venn_abers_table(scores, labels, weights, test_weight=1.0):
@@ -124,10 +134,11 @@ def venn_abers_table(scores, labels, weights, test_weight=1.0):
     -------
     intervals : ndarray of shape (k, 2)
         The tie groups of the calibration scores, increasing: scores that
-        differ by at most ``TIE_RTOL`` times the largest ``|score|`` from their
-        neighbour form one group, and a test score within that tolerance of
-        a group's ``[smallest, largest]`` score ties with it. Each row holds
-        the group's interval widened by the tolerance.
+        differ from their neighbour by at most ``TIE_RTOL`` times the larger
+        of the two magnitudes and the median ``|score|`` form one group, and
+        a test score within that tolerance of a group's ``[smallest,
+        largest]`` score ties with it. Each row holds the group's interval
+        widened by the tolerance.
     p0, p1 : ndarray of shape (2 k + 1,)
         Position ``2 i`` is a test score between groups ``i - 1`` and ``i``
         (below all, above all at the ends); position ``2 i + 1`` ties with
@@ -135,18 +146,21 @@ def venn_abers_table(scores, labels, weights, test_weight=1.0):
     """
     order = np.argsort(scores, kind="stable")
     ordered = scores[order]
-    largest = float(np.max(np.abs(ordered), initial=0.0))
-    tol = TIE_RTOL * largest if np.isfinite(largest) else 0.0
+    magnitudes = np.abs(ordered[np.isfinite(ordered)])
+    typical = float(np.median(magnitudes)) if magnitudes.size else 0.0
+    tol = _tie_tolerance(ordered, typical)
     starts = np.zeros(ordered.size, dtype=bool)
     starts[:1] = True
-    starts[1:] = np.diff(ordered) > tol
+    starts[1:] = np.diff(ordered) > np.maximum(tol[1:], tol[:-1])
     group = np.cumsum(starts) - 1
     k = int(np.count_nonzero(starts))
     group_w = np.bincount(group, weights=weights[order], minlength=k)
     group_s = np.bincount(group, weights=(weights * labels)[order], minlength=k)
     first = np.flatnonzero(starts)
     last = np.append(first[1:] - 1, ordered.size - 1) if k else first
-    intervals = np.column_stack([ordered[first] - tol, ordered[last] + tol])
+    intervals = np.column_stack(
+        [ordered[first] - tol[first], ordered[last] + tol[last]]
+    )
     if k and (not np.any(group_s > 0) or np.all(group_s >= group_w)):
         return intervals, *_single_label_table(
             group_w, bool(group_s[0] > 0), test_weight

@@ -263,3 +263,24 @@ def test_loaded_offsets_of_another_integer_dtype_predict_the_same(dtype):
     np.testing.assert_array_equal(
         restored.predict_proba(logits), va.predict_proba(logits)
     )
+
+
+@pytest.mark.parametrize("multiclass, k", [("ovr", 2), ("ovr", 5), ("ovo", 5)])
+def test_one_far_score_ties_no_other_scores(multiclass, k):
+    # Ties were scores within 1e-12 of the largest |score|: one row at 1e20
+    # made that 1e8, every other score one group, and the probabilities
+    # constant (0.5 to 0.8 off). That row ranks first at 1e3 as at 1e20, so
+    # the isotonic fits, and the predictions, must be the same.
+    X, y = make_logits(n_samples=400, n_classes=k, seed=3)
+    fits = []
+    for value in (1e3, 1e20):
+        row = np.zeros((1, k))
+        row[0, 0] = value
+        va = VennAbersCalibration(multiclass=multiclass)
+        fits.append(va.fit(np.r_[X, row], np.r_[y, 0]).predict_proba(X))
+    np.testing.assert_array_equal(fits[1], fits[0])
+    # scores differing in their last bits still tie
+    table = venn_abers_table(
+        np.array([1.0, 1.0 + 4e-16, 3.0]), np.array([0, 1, 1]), np.ones(3)
+    )[0]
+    assert table.shape == (2, 2)
