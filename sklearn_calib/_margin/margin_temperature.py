@@ -18,7 +18,7 @@ from ..utils._fitted_state import (
     check_state_int,
     fail_state,
 )
-from ..utils._math import log_softmax, summation_slack
+from ..utils._math import log_softmax, weighted_quantiles
 from ..utils._validation import check_device
 from .features import logit_margins
 
@@ -68,20 +68,6 @@ def _warn_if_diverged(log_beta, knots):
             UserWarning,
             stacklevel=5,
         )
-
-
-def _weighted_quantiles(values, weights, levels):
-    """Inverted-CDF weighted quantiles: integer weights act as repeated rows.
-
-    The targets are lowered by the rounding a running sum can carry
-    (``summation_slack``): integer weights at any common scale (``fit``
-    divides them by the largest) reach a level exactly where repeated rows do.
-    """
-    order = np.argsort(values, kind="stable")
-    cumulative = np.cumsum(weights[order])
-    targets = levels * cumulative[-1] * summation_slack(values.shape[0])
-    index = np.searchsorted(cumulative, targets, side="left")
-    return values[order[np.clip(index, 0, values.shape[0] - 1)]]
 
 
 class MarginTemperatureScaling(BaseCalibrator):
@@ -330,7 +316,7 @@ class MarginTemperatureScaling(BaseCalibrator):
         finite = np.isfinite(margins)
         levels = np.linspace(0.0, 1.0, self.n_knots)
         if finite.any():
-            knots = _weighted_quantiles(margins[finite], sample_weight[finite], levels)
+            knots = weighted_quantiles(margins[finite], sample_weight[finite], levels)
         else:
             knots = np.zeros(1)
         self.knots_ = np.unique(knots)

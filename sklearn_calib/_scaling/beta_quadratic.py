@@ -30,7 +30,7 @@ from ..utils._fitted_state import (
     check_state_int,
     fail_state,
 )
-from ..utils._math import armijo_step
+from ..utils._math import armijo_step, weighted_quantiles
 from ..utils._validation import check_true_class_unmasked
 from .affine import SEPARATED_LOSS
 
@@ -74,9 +74,13 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
     """Minimise the weighted mean NLL of ``sigmoid(features @ coef + intercept)``.
 
     Newton's method with a backtracking (Armijo) line search on standardised
-    features (each column centred and scaled to unit weighted variance, an
-    exact reparametrisation that makes the Hessian well conditioned); the
-    solution is mapped back to the original features. The iteration stops when
+    features (each column centred on its weighted median and divided by its
+    weighted median absolute deviation, an exact reparametrisation that makes
+    the Hessian well conditioned); the solution is mapped back to the
+    original features. Median and deviation, not mean and standard
+    deviation: one row far out (a score of 1e20, whose feature -ln(1 - p) is
+    1e20) would set those, and centring on a mean near 1e17 left the other
+    rows no digits. The iteration stops when
     the largest absolute entry of the gradient (in the standardised
     parameters) is at most ``tol``, when no step decreases the loss any more in
     float64 (``"stalled"``), or after ``max_iter`` Newton steps.
@@ -95,9 +99,20 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
     """
     y = y.astype(np.float64)
     v = weights / weights.sum()
-    mean = v @ features
-    centred = features - mean
-    scale = np.sqrt(v @ centred**2)
+    kept = v > 0
+    centre = np.array(
+        [weighted_quantiles(column[kept], v[kept], 0.5) for column in features.T]
+    )
+    centred = features - centre
+    scale = np.array(
+        [
+            weighted_quantiles(np.abs(column[kept]), v[kept], 0.5)
+            for column in centred.T
+        ]
+    )
+    # Most of the weight on one value: the mean absolute deviation instead.
+    flat = ~(scale > 0)
+    scale[flat] = v @ np.abs(centred[:, flat])
     # A constant feature has no identifiable coefficient: its standardised
     # column is zero, the Hessian is singular there and the pseudo-inverse
     # step leaves its coefficient at 0.
@@ -106,6 +121,34 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
     theta = np.zeros(X.shape[1])
     rate = min(max(float(v @ y), 1e-12), 1 - 1e-12)
     theta[0] = np.log(rate) - np.log1p(-rate)
+    start_iterations = 0
+    far = np.any(np.abs(X[:, 1:]) > _FAR_FEATURE, axis=1) & kept
+    near = kept & ~far
+    if far.any() and near.any():
+        # From the intercept-only start, a row far out is where the loss is
+        # linear: each Newton step, ruled by its curvature, moved the
+        # coefficients by ~1 / its feature (1e-100 a step at 1e100). The
+        # start is the fit without such rows; the iteration below then
+        # minimises the whole problem from there.
+        theta, _, _, _, start_iterations = _newton(
+            X[near], y[near], v[near] / v[near].sum(), theta, tol, max_iter
+        )
+    theta, loss, grad, status, n_iter = _newton(X, y, v, theta, tol, max_iter)
+    n_iter += start_iterations
+    coef = theta[1:] / scale
+    intercept = float(theta[0] - coef @ centre)
+    return LogisticFit(
+        coef, intercept, loss, n_iter, status, float(np.max(np.abs(grad)))
+    )
+
+
+# Standardised features beyond this many median absolute deviations are far
+# out: the start is fitted without their rows (see fit_logistic).
+_FAR_FEATURE = 2.0**20
+
+
+def _newton(X, y, v, theta, tol, max_iter):
+    """Newton iterations from ``theta``: ``(theta, loss, grad, status, n_iter)``."""
     loss, p, grad = _loss_grad(X, y, v, theta)
     status, n_iter = "max_iter", max_iter
     for iteration in range(1, max_iter + 1):
@@ -113,6 +156,12 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
             status, n_iter = "converged", iteration - 1
             break
         hessian = (X * (v * p * (1 - p))[:, None]).T @ X
+        if not np.all(np.isfinite(hessian)):
+            top = float(np.max(np.abs(X[:, 1:])))
+            raise FloatingPointError(
+                "cannot fit these scores in float64: standardised features of "
+                f"magnitude up to {top:.3g} make the Hessian overflow"
+            )
         step = -np.linalg.lstsq(hessian, grad, rcond=1e-13)[0]
         slope = float(grad @ step)
         if not slope < 0:  # no descent direction left (a flat, saturated loss)
@@ -132,11 +181,7 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
     else:
         if np.max(np.abs(grad)) <= tol:
             status = "converged"
-    coef = theta[1:] / scale
-    intercept = float(theta[0] - coef @ mean)
-    return LogisticFit(
-        coef, intercept, loss, n_iter, status, float(np.max(np.abs(grad)))
-    )
+    return theta, loss, grad, status, n_iter
 
 
 def _trial(X, y, v, theta, step, t):
@@ -286,9 +331,12 @@ class _BinaryLogisticMap(BaseCalibrator):
         return tags
 
     def _solve(self, features, y, sample_weight, *, separated):
-        fit = fit_logistic(
-            features, y, sample_weight, tol=self.tol, max_iter=self.max_iter
-        )
+        try:
+            fit = fit_logistic(
+                features, y, sample_weight, tol=self.tol, max_iter=self.max_iter
+            )
+        except FloatingPointError as exc:
+            raise ValueError(f"{type(self).__name__} {exc}.") from None
         _warn_if_unconverged(type(self).__name__, fit, self.tol, self.max_iter)
         _warn_if_separated(type(self).__name__, fit, stacklevel=6, separated=separated)
         return fit

@@ -109,6 +109,21 @@ def summation_slack(n_terms):
     return 1.0 - n_terms * np.finfo(np.float64).eps
 
 
+def weighted_quantiles(values, weights, levels):
+    """Inverted-CDF weighted quantiles: integer weights act as repeated rows.
+
+    The smallest value whose cumulative weight reaches each level of the
+    total. The targets are lowered by the rounding a running sum can carry
+    (``summation_slack``): integer weights at any common scale reach a level
+    exactly where repeated rows do.
+    """
+    order = np.argsort(values, kind="stable")
+    cumulative = np.cumsum(weights[order])
+    targets = np.asarray(levels) * cumulative[-1] * summation_slack(values.shape[0])
+    index = np.searchsorted(cumulative, targets, side="left")
+    return values[order[np.clip(index, 0, values.shape[0] - 1)]]
+
+
 def row_blocks(n_rows, n_cols, *, max_elements=2**18):
     """Yield slices of rows holding at most about ``max_elements`` values.
 

@@ -289,7 +289,7 @@ def test_knots_of_integer_weights_are_those_of_repeated_rows_exactly():
     # (before: another knot on 1 draw in 25 here, probabilities 1.2e-2 apart)
     from fractions import Fraction
 
-    from sklearn_calib._margin.margin_temperature import _weighted_quantiles
+    from sklearn_calib.utils._math import weighted_quantiles
 
     rng = np.random.default_rng(0)
     for _ in range(300):
@@ -303,7 +303,7 @@ def test_knots_of_integer_weights_are_those_of_repeated_rows_exactly():
         levels = np.linspace(0, 1, n_knots)
         for scale in (1.0, 3.7):
             scaled = weights * scale
-            got = _weighted_quantiles(values, scaled / scaled.max(), levels)
+            got = weighted_quantiles(values, scaled / scaled.max(), levels)
             np.testing.assert_array_equal(got, expected)
     rng = np.random.default_rng(0)
     for _ in range(8):

@@ -423,3 +423,21 @@ def test_to_torch_keeps_masked_rows_certain(cls):
     np.testing.assert_allclose(
         out[2], np.log(calibrator.predict_proba(rows[2:]))[0], rtol=1e-12
     )
+
+
+@pytest.mark.parametrize("value", [1e20, 1e100])
+def test_beta_one_far_score_with_its_own_label_changes_nothing(value):
+    # That row's loss is exactly 0 near the optimum, wherever it lies beyond
+    # 1e3. Before, its feature -ln(1 - p) set the standardisation (a mean
+    # near value / n left the other rows no digits): 0.2 off at 1e20, and at
+    # 1e100 Newton crawled 1e-100 a step from the start.
+    rng = np.random.default_rng(3)
+    score = rng.normal(scale=2.0, size=800)
+    y = (rng.random(800) < expit(1.5 * score - 0.3)).astype(int)
+    fits = []
+    for far in (1e3, value):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            beta = BetaCalibration().fit(np.r_[score, far][:, None], np.r_[y, 1])
+        fits.append(beta.predict_proba(score[:, None]))
+    np.testing.assert_allclose(fits[1], fits[0], atol=1e-9)
