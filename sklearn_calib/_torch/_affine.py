@@ -478,6 +478,7 @@ def _line_search(objective, theta, loss, grad, direction, loss_noise):
     slope0 = float(torch.sum(grad * direction))
     lo_step, lo_slope = 0.0, slope0
     hi_step = hi_slope = None
+    previous_width = math.inf
     step = 1.0
     for _ in range(_MAX_LINE_SEARCH):
         trial = objective.snap(theta + step * direction)
@@ -506,9 +507,16 @@ def _line_search(objective, theta, loss, grad, direction, loss_noise):
         if width <= 1e-12 * hi_step:
             break
         step = lo_step + 0.5 * width
-        if hi_slope is not None and hi_slope > lo_slope:
+        # The secant step, unless the last one did not halve the bracket: a
+        # secant clamped at an end shrinks it by a tenth only, and a
+        # minimiser 1e-7 of the first step away (a mislabelled row of logits
+        # near 1e6) then took some 150 trials instead of 25.
+        if hi_slope is not None and hi_slope > lo_slope and width <= 0.5 * (
+            previous_width
+        ):
             secant = lo_step - lo_slope * width / (hi_slope - lo_slope)
             step = min(max(secant, lo_step + 0.1 * width), hi_step - 0.1 * width)
+        previous_width = width
     return None
 
 

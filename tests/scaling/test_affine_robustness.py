@@ -371,6 +371,39 @@ def test_one_extreme_row_whose_label_is_its_maximum_changes_nothing(cls, k, dtyp
         )
 
 
+def test_a_mislabelled_far_row_reaches_the_optimum():
+    # A row (1e6, 0, 0, 0) labelled 1 drives the scale of class 0 to about 0.
+    # From the temperature start, the minimiser along Newton's first step lay
+    # 1e-7 of the step away; the line search's secant steps, clamped at the
+    # bracket's end, shrank it by a tenth a trial and gave up after 30: the
+    # fit stopped at its start (mean NLL 1.437 against 0.879) with a warning.
+    X, y = make_logits(n_samples=600, n_classes=4, seed=12)
+    X, y = _with_extreme_row(X, y, 1e6)
+    y[-1] = 1
+    n = len(y)
+
+    def nll(theta):
+        logits = X * theta[:4] + theta[4:]
+        g = softmax(logits, axis=1)
+        g[np.arange(n), y] -= 1
+        loss = -log_softmax(logits, axis=1)[np.arange(n), y].mean()
+        return loss, np.r_[(g * X).mean(axis=0), g.mean(axis=0)]
+
+    reference = minimize(
+        nll,
+        np.r_[0.0, 1.0, 1.0, 1.0, np.zeros(4)],
+        jac=True,
+        method="L-BFGS-B",
+        options={"maxiter": 10000, "ftol": 1e-15, "gtol": 1e-12},
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fitted = VectorScaling(device="cpu").fit(X, y)
+    loss = nll(np.r_[fitted.coef_, fitted.intercept_])[0]
+    assert loss <= reference.fun + 1e-10
+    assert abs(fitted.coef_[0]) < 1e-4
+
+
 def test_a_row_beyond_the_range_of_the_others_is_refused_not_misfitted():
     # 1e300 beside logits of order 1: the two cannot share one float64 scale.
     # The fit stopped at its start (0.1 off) before; now a ValueError.
