@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -173,3 +174,33 @@ def test_importing_display_does_not_import_matplotlib():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("interval", ["bootstrap", "wilson"])
+@pytest.mark.parametrize("multiclass", ["top-label", "classwise"])
+def test_scaling_every_weight_changes_nothing(data, multiclass, interval):
+    # Weights near 1e307 summed to inf: the ECE, accuracies and bands were
+    # NaN (wilson raised), the histogram NaN.
+    _, y, proba = data
+    y, proba = y[:300], proba[:300]
+    weights = np.random.default_rng(0).integers(1, 5, len(y)).astype(float)
+    kwargs = dict(
+        multiclass=multiclass, interval=interval, n_bootstraps=20, random_state=0
+    )
+    ref = ReliabilityDisplay.from_predictions(y, proba, sample_weight=weights, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        big = ReliabilityDisplay.from_predictions(
+            y, proba, sample_weight=weights * 2.0**1020, **kwargs
+        )
+    assert big.ece == ref.ece
+    for name in ("accuracy", "confidence", "accuracy_low", "accuracy_high"):
+        np.testing.assert_array_equal(getattr(big, name), getattr(ref, name))
+    hists = zip(np.atleast_1d(big.hist_), np.atleast_1d(ref.hist_), strict=True)
+    for hist_big, hist_ref in hists:
+        np.testing.assert_array_equal(
+            hist_big.get_data().values, hist_ref.get_data().values
+        )
+    # The counts in the caller's scale: inf only where the sum overflows.
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(big.count, ref.count * 2.0**1020)
