@@ -27,6 +27,7 @@ import numpy as np
 from ..utils._math import softmax
 from ..utils._validation import (
     as_float_2d,
+    check_grid_entries,
     check_labels_per_row,
     check_masked_logits,
     check_probabilities,
@@ -432,6 +433,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
             n_bins = bin_edges.shape[-1] - 1
         if isinstance(n_bins, bool) or not isinstance(n_bins, Integral) or n_bins < 1:
             raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}.")
+        check_grid_entries("n_bins", n_bins, int(n_bins) + 1)
         self.n_bins = int(n_bins)
         self.bin_edges = bin_edges
         self.count = self.score = self.hit = None
@@ -441,6 +443,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
 
     def _empty_sums(self, n_classes):
         shape = (self._n_groups(n_classes), self.n_bins)
+        check_grid_entries("n_bins", self.n_bins, shape[0] * (self.n_bins + 1))
         return [np.zeros(shape) for _ in range(3)]
 
     def _allocate(self, n_classes):

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..utils._math import row_blocks, summation_slack
+from ..utils._validation import check_grid_entries
 
 # Row blocks of about this many probabilities stay in the L2 cache.
 BLOCK_ELEMENTS = 2**17
@@ -150,6 +151,7 @@ class Binning:
         self._y_codes = y_codes
         self._y_prob = y_prob
         self.n_groups = 1 if multiclass == "top-label" else y_prob.shape[1]
+        check_grid_entries("n_bins", n_bins, self.n_groups * (n_bins + 1))
         # The top-label confidences, and the bin indices or sort orders of the
         # top-label group: computed on first use, reused by every slab of
         # bootstrap weights.
