@@ -204,3 +204,26 @@ def test_scaling_every_weight_changes_nothing(data, multiclass, interval):
     # The counts in the caller's scale: inf only where the sum overflows.
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(big.count, ref.count * 2.0**1020)
+
+
+def test_bootstrap_band_bins_resamples_in_blocks_of_bounded_size(data, monkeypatch):
+    # A slab of resamples was binned at once: (rows, groups, n_bins) per array.
+    import sklearn_calib.display as display_module
+    from sklearn_calib.metrics import _bin_statistics
+
+    _, y, proba = data
+    kwargs = dict(n_bins=40, n_bootstraps=50, random_state=0)
+    whole = ReliabilityDisplay.from_predictions(y[:60], proba[:60], **kwargs)
+    shapes = []
+    statistics = _bin_statistics.Binning.statistics
+
+    def spy(self, weights=None):
+        shapes.append(np.shape(weights))
+        return statistics(self, weights)
+
+    monkeypatch.setattr(display_module, "MAX_GRID_ENTRIES", 41 * 8, raising=False)
+    monkeypatch.setattr(_bin_statistics.Binning, "statistics", spy)
+    blocks = ReliabilityDisplay.from_predictions(y[:60], proba[:60], **kwargs)
+    np.testing.assert_array_equal(blocks.accuracy_low, whole.accuracy_low)
+    np.testing.assert_array_equal(blocks.accuracy_high, whole.accuracy_high)
+    assert max(shape[0] for shape in shapes if len(shape) == 2) <= 8
