@@ -14,7 +14,7 @@ from .metrics._binomial import BINOMIAL_METHODS, bin_accuracy_interval
 from .metrics._bootstrap import resample_weights
 from .metrics._selective import aurc_from_statistics, risk_coverage_statistics
 from .utils._compat import check_is_fitted
-from .utils._validation import check_metric_inputs
+from .utils._validation import MAX_GRID_ENTRIES, check_metric_inputs, weight_scale
 
 
 def _bootstrap_accuracy_band(
@@ -22,14 +22,17 @@ def _bootstrap_accuracy_band(
 ):
     """Per-bin percentile interval of the accuracy over bootstrap resamples."""
     accuracies = []
-    for weights in resample_weights(
+    # Blocks of resamples whose bin arrays hold at most MAX_GRID_ENTRIES each.
+    step = max(1, MAX_GRID_ENTRIES // (binning.n_groups * (binning.n_bins + 1)))
+    for slab in resample_weights(
         binning.n_samples, n_bootstraps, random_state, sample_weight
     ):
-        stats = binning.statistics(weights)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            accuracies.append(
-                np.where(stats.count > 0, stats.hit / stats.count, np.nan)
-            )
+        for start in range(0, slab.shape[0], step):
+            stats = binning.statistics(slab[start : start + step])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                accuracies.append(
+                    np.where(stats.count > 0, stats.hit / stats.count, np.nan)
+                )
     accuracies = np.concatenate(accuracies)
     alpha = (1 - confidence_level) / 2
     with warnings.catch_warnings():
@@ -266,7 +269,7 @@ class ReliabilityDisplay:
                     )
                 )
             if histogram and hist_ax is not None:
-                count = np.atleast_2d(self.count)[k]
+                count = np.atleast_2d(self._histogram_count())[k]
                 edges = np.atleast_2d(self.bin_edges)[k]
                 hists.append(
                     hist_ax.stairs(
@@ -311,6 +314,22 @@ class ReliabilityDisplay:
         self.hist_ax_ = hist_ax if histogram else None
         self.figure_ = ax.figure
         return self
+
+    def _histogram_count(self):
+        """The counts whose fractions the histogram shows, free of overflow.
+
+        Those of the weights divided by a power of two when
+        :meth:`from_predictions` computed them, else ``count`` divided by
+        the power of two nearest below its largest finite entry (exact):
+        the fractions are those of ``count``, without its sum overflowing.
+        """
+        scaled = getattr(self, "_scaled_count", None)
+        count = np.asarray(self.count, dtype=np.float64)
+        if scaled is not None and np.shape(scaled) == count.shape:
+            return scaled
+        if count.size and np.all(np.isfinite(count)):
+            return count / weight_scale(count)
+        return count
 
     def _label(self, name, k):
         parts = []
@@ -425,6 +444,13 @@ class ReliabilityDisplay:
         binning = Binning(
             y_codes, y_prob, n_bins=n_bins, strategy=strategy, multiclass=multiclass
         )
+        # The bins are filled with the weights divided by a power of two
+        # (exact), so that their sums cannot overflow: the values depend on
+        # the weights' ratios only. The counts are given in the caller's
+        # scale (inf where their sum exceeds float64's range).
+        unit = weight_scale(sample_weight)
+        if sample_weight is not None:
+            sample_weight = sample_weight / unit
         stats = binning.statistics(sample_weight)
         curve = curve_from_statistics(stats, multiclass)
         if interval is None and n_bootstraps:
@@ -449,10 +475,12 @@ class ReliabilityDisplay:
             low, high = _bootstrap_accuracy_band(
                 binning, sample_weight, n_bootstraps, confidence_level, random_state
             )
+        with np.errstate(over="ignore"):
+            count = curve.count * unit
         display = cls(
             accuracy=curve.accuracy,
             confidence=curve.confidence,
-            count=curve.count,
+            count=count,
             bin_edges=curve.bin_edges,
             ece=float(ece_values(stats)[0].mean()),
             accuracy_low=low,
@@ -460,6 +488,9 @@ class ReliabilityDisplay:
             estimator_name=name,
             class_labels=classes if multiclass == "classwise" else None,
         )
+        # The histogram's fractions, from the counts in the weights' scale
+        # (finite even where the caller's counts overflow).
+        display._scaled_count = curve.count
         return display.plot(
             ax=ax,
             hist_ax=hist_ax,

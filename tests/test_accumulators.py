@@ -6,6 +6,7 @@ to 1e-12 relative in float64.
 """
 
 import copy
+import warnings
 
 import numpy as np
 import pytest
@@ -451,3 +452,29 @@ def test_chunked_report_errors():
     # A callable that returns a new iterator each time is re-iterable.
     report = chunked_calibration_report(lambda: iter(chunks), metrics=["nll"])
     assert_close(report["nll"], log_loss(y, softmax(logits.copy())))
+
+
+@pytest.mark.parametrize(
+    "make", [BinnedCalibrationAccumulator, ProperScoreAccumulator], ids=["b", "p"]
+)
+def test_sums_beyond_float64_are_refused_and_leave_the_state(make):
+    # Weights near 1e307 overflowed the sums: every metric was NaN, with
+    # numpy's RuntimeWarnings only.
+    rng = np.random.default_rng(0)
+    proba = rng.dirichlet(np.ones(3), 200)
+    y = rng.integers(0, 3, 200)
+    twice = [0, 0]
+    big = [2.0**1022, 2.0**1022]
+    state = make().update(y[twice], proba[twice], big)
+    before = state.to_vector()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        with pytest.raises(ValueError, match="exceed float64's range"):
+            state.update(y, proba, rng.integers(1, 5, 200) * 2.0**1020)
+        np.testing.assert_array_equal(state.to_vector(), before)
+        with pytest.raises(ValueError, match="exceed float64's range"):
+            state.merge(make().update(y[twice], proba[twice], big))
+        np.testing.assert_array_equal(state.to_vector(), before)
+        assert state.n_samples == 2
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            make().from_vector(np.full_like(before, np.inf), 3)

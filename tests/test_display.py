@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -173,3 +174,56 @@ def test_importing_display_does_not_import_matplotlib():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("interval", ["bootstrap", "wilson"])
+@pytest.mark.parametrize("multiclass", ["top-label", "classwise"])
+def test_scaling_every_weight_changes_nothing(data, multiclass, interval):
+    # Weights near 1e307 summed to inf: the ECE, accuracies and bands were
+    # NaN (wilson raised), the histogram NaN.
+    _, y, proba = data
+    y, proba = y[:300], proba[:300]
+    weights = np.random.default_rng(0).integers(1, 5, len(y)).astype(float)
+    kwargs = dict(
+        multiclass=multiclass, interval=interval, n_bootstraps=20, random_state=0
+    )
+    ref = ReliabilityDisplay.from_predictions(y, proba, sample_weight=weights, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        big = ReliabilityDisplay.from_predictions(
+            y, proba, sample_weight=weights * 2.0**1020, **kwargs
+        )
+    assert big.ece == ref.ece
+    for name in ("accuracy", "confidence", "accuracy_low", "accuracy_high"):
+        np.testing.assert_array_equal(getattr(big, name), getattr(ref, name))
+    hists = zip(np.atleast_1d(big.hist_), np.atleast_1d(ref.hist_), strict=True)
+    for hist_big, hist_ref in hists:
+        np.testing.assert_array_equal(
+            hist_big.get_data().values, hist_ref.get_data().values
+        )
+    # The counts in the caller's scale: inf only where the sum overflows.
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(big.count, ref.count * 2.0**1020)
+
+
+def test_bootstrap_band_bins_resamples_in_blocks_of_bounded_size(data, monkeypatch):
+    # A slab of resamples was binned at once: (rows, groups, n_bins) per array.
+    import sklearn_calib.display as display_module
+    from sklearn_calib.metrics import _bin_statistics
+
+    _, y, proba = data
+    kwargs = dict(n_bins=40, n_bootstraps=50, random_state=0)
+    whole = ReliabilityDisplay.from_predictions(y[:60], proba[:60], **kwargs)
+    shapes = []
+    statistics = _bin_statistics.Binning.statistics
+
+    def spy(self, weights=None):
+        shapes.append(np.shape(weights))
+        return statistics(self, weights)
+
+    monkeypatch.setattr(display_module, "MAX_GRID_ENTRIES", 41 * 8, raising=False)
+    monkeypatch.setattr(_bin_statistics.Binning, "statistics", spy)
+    blocks = ReliabilityDisplay.from_predictions(y[:60], proba[:60], **kwargs)
+    np.testing.assert_array_equal(blocks.accuracy_low, whole.accuracy_low)
+    np.testing.assert_array_equal(blocks.accuracy_high, whole.accuracy_high)
+    assert max(shape[0] for shape in shapes if len(shape) == 2) <= 8

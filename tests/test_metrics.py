@@ -567,6 +567,73 @@ def test_bad_n_bins_raises(n_bins):
         expected_calibration_error([0, 1], [[0.6, 0.4], [0.3, 0.7]], n_bins=n_bins)
 
 
+def _grid_cases():
+    from sklearn_calib import metrics
+
+    big = 10**9
+    return {
+        "ece": (expected_calibration_error, dict(n_bins=big), "n_bins"),
+        "ace": (adaptive_calibration_error, dict(n_bins=big), "n_bins"),
+        "classwise": (classwise_calibration_error, dict(n_bins=2**21), "n_bins"),
+        "curve": (calibration_curve, dict(n_bins=big), "n_bins"),
+        "debiased": (metrics.debiased_calibration_error, dict(n_bins=big), "n_bins"),
+        "report": (calibration_report, dict(n_bins=big), "n_bins"),
+        "hosmer": (metrics.hosmer_lemeshow_test, dict(n_groups=big), "n_groups"),
+        "smooth": (smooth_calibration_error, dict(bandwidth=1e-9), "bandwidth"),
+        "smooth_tiny": (smooth_calibration_error, dict(bandwidth=5e-324), "bandwidth"),
+    }
+
+
+@pytest.mark.parametrize("case", list(_grid_cases()))
+def test_bins_or_grids_too_large_to_allocate_raise(case):
+    # n_bins=10**9 on 50 rows asked numpy for 7.5 GiB per array, a bandwidth
+    # of 1e-9 for a 149 GiB grid: MemoryError (or a machine swapping).
+    metric, params, name = _grid_cases()[case]
+    rng = np.random.default_rng(0)
+    proba = rng.dirichlet(np.ones(3), 50)
+    y = rng.integers(0, 3, 50)
+    if name == "n_groups":
+        proba = proba[:, 0]
+        y = y == 0
+    with pytest.raises(ValueError, match=f"{name}=.* more than the 4,194,304"):
+        metric(y, proba, **params)
+
+
+def test_the_largest_grids_allowed_give_the_values_of_coarser_ones():
+    # Refusing sizes that cannot be allocated leaves every sensible one.
+    rng = np.random.default_rng(0)
+    proba = rng.dirichlet(np.ones(3), 50)
+    y = rng.integers(0, 3, 50)
+    # A bin per distinct confidence: the ECE of any finer binning.
+    fine = expected_calibration_error(y, proba, n_bins=2**22 - 1)
+    assert fine == pytest.approx(expected_calibration_error(y, proba, n_bins=10**6))
+    assert np.isfinite(smooth_calibration_error(y, proba, bandwidth=3e-6))
+
+
+def test_bootstrap_bins_resamples_in_blocks_of_bounded_size(monkeypatch):
+    # 1,000 resamples of 10**6 bins asked for 8 GiB per array at once; the
+    # blocks give the same resamples.
+    from sklearn_calib.metrics import _bin_statistics
+
+    rng = np.random.default_rng(0)
+    proba = rng.dirichlet(np.ones(3), 60)
+    y = rng.integers(0, 3, 60)
+    kwargs = dict(n_resamples=50, random_state=0, n_bins=40)
+    whole = bootstrap_interval(expected_calibration_error, y, proba, **kwargs)
+    shapes = []
+    statistics = _bin_statistics.Binning.statistics
+
+    def spy(self, weights=None):
+        shapes.append(np.shape(weights))
+        return statistics(self, weights)
+
+    monkeypatch.setattr(_bin_statistics, "MAX_GRID_ENTRIES", 41 * 8, raising=False)
+    monkeypatch.setattr(_bin_statistics.Binning, "statistics", spy)
+    blocks = bootstrap_interval(expected_calibration_error, y, proba, **kwargs)
+    np.testing.assert_array_equal(blocks.resamples, whole.resamples)
+    assert max(shape[0] for shape in shapes if len(shape) == 2) <= 8
+
+
 def test_bad_labels_raise():
     y_prob = [[0.6, 0.4], [0.3, 0.7]]
     with pytest.raises(ValueError, match="not in labels"):

@@ -668,11 +668,26 @@ class CalibratorSelector(BaseCalibrator):
         return True
 
     def _fit(self, logits, y, sample_weight):
+        splits = cv_splits(self.cv, logits, y)
+        if (
+            not splits
+            and not isinstance(self.cv, Integral)
+            and not getattr(self, "_keep_oof", False)
+        ):
+            # An integer cv on fewer than 2 rows leaves no split with a
+            # warning (cv_splits), as does MarginTemperatureScaling, which
+            # hands its own splits over (_fit_with_oof): the first candidate
+            # is used. A cv given with no split is a mistake, as in
+            # GridSearchCV.
+            raise ValueError(
+                f"cv={self.cv!r} gives no (train, test) split: nothing to "
+                "score the candidates on."
+            )
         oof = self._select(
             logits,
             y,
             sample_weight,
-            cv_splits(self.cv, logits, y),
+            splits,
             keep_oof=getattr(self, "_keep_oof", False),
         )
         if oof is not None:

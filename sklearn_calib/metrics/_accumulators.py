@@ -19,6 +19,7 @@ in a few passes over the chunks (a radix selection on the bits of the
 scores, see :mod:`sklearn_calib._chunks.quantiles`).
 """
 
+import contextlib
 import copy
 from numbers import Integral
 
@@ -27,6 +28,7 @@ import numpy as np
 from ..utils._math import softmax
 from ..utils._validation import (
     as_float_2d,
+    check_grid_entries,
     check_labels_per_row,
     check_masked_logits,
     check_probabilities,
@@ -243,9 +245,32 @@ class _Accumulator:
             self.n_classes = y_prob.shape[1]
             self._allocate(self.n_classes)
         if y_prob.shape[0]:
-            self._add(y_codes, y_prob, weights)
+            with self._refusing_overflow("chunk"):
+                self._add(y_codes, y_prob, weights)
         self.n_samples += int(y_prob.shape[0])
         return self
+
+    @contextlib.contextmanager
+    def _refusing_overflow(self, what):
+        """Undo an addition whose sums leave float64's range, and say so.
+
+        The sums are kept in the caller's units (adding the vectors of
+        :meth:`to_vector` merges states), so weights near 1e307 overflowed
+        them: every metric was NaN, with numpy's RuntimeWarnings.
+        """
+        saved = [np.array(sums, copy=True) for sums in self._sums()]
+        with np.errstate(over="ignore", invalid="ignore"):
+            yield
+        if all(np.all(np.isfinite(sums)) for sums in self._sums()):
+            return
+        for sums, before in zip(self._sums(), saved, strict=True):
+            sums[...] = before
+        raise ValueError(
+            f"Adding this {what} makes the sums of the sample weights exceed "
+            "float64's range; the accumulator is left as it was. The metrics "
+            "depend on the weights' ratios only: divide every sample_weight "
+            "by a common constant."
+        )
 
     def merge(self, other):
         """Add the sums of another accumulator of the same kind into this one.
@@ -276,8 +301,9 @@ class _Accumulator:
                 f"Cannot merge accumulators over {self.n_classes} and "
                 f"{other.n_classes} classes."
             )
-        for mine, theirs in zip(self._sums(), other._sums(), strict=True):
-            mine += theirs
+        with self._refusing_overflow("accumulator"):
+            for mine, theirs in zip(self._sums(), other._sums(), strict=True):
+                mine += theirs
         self.n_samples += other.n_samples
         return self
 
@@ -326,6 +352,13 @@ class _Accumulator:
         ``vector`` is a sum of :meth:`to_vector` outputs of states like this
         one, so adding vectors is merging states.
         """
+        vector = np.asarray(vector, dtype=np.float64)
+        if not np.all(np.isfinite(vector)):
+            raise ValueError(
+                "vector holds NaN or infinity: sums of sample weights beyond "
+                "float64's range (divide every sample_weight by a common "
+                "constant) or not a sum of to_vector outputs."
+            )
         state = copy.deepcopy(self)
         state.n_classes = int(n_classes)
         state._allocate(state.n_classes)
@@ -432,6 +465,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
             n_bins = bin_edges.shape[-1] - 1
         if isinstance(n_bins, bool) or not isinstance(n_bins, Integral) or n_bins < 1:
             raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}.")
+        check_grid_entries("n_bins", n_bins, int(n_bins) + 1)
         self.n_bins = int(n_bins)
         self.bin_edges = bin_edges
         self.count = self.score = self.hit = None
@@ -441,6 +475,7 @@ class BinnedCalibrationAccumulator(_Accumulator):
 
     def _empty_sums(self, n_classes):
         shape = (self._n_groups(n_classes), self.n_bins)
+        check_grid_entries("n_bins", self.n_bins, shape[0] * (self.n_bins + 1))
         return [np.zeros(shape) for _ in range(3)]
 
     def _allocate(self, n_classes):

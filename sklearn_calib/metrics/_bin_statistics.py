@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..utils._math import row_blocks, summation_slack
+from ..utils._validation import MAX_GRID_ENTRIES, check_grid_entries
 
 # Row blocks of about this many probabilities stay in the L2 cache.
 BLOCK_ELEMENTS = 2**17
@@ -150,6 +151,7 @@ class Binning:
         self._y_codes = y_codes
         self._y_prob = y_prob
         self.n_groups = 1 if multiclass == "top-label" else y_prob.shape[1]
+        check_grid_entries("n_bins", n_bins, self.n_groups * (n_bins + 1))
         # The top-label confidences, and the bin indices or sort orders of the
         # top-label group: computed on first use, reused by every slab of
         # bootstrap weights.
@@ -449,7 +451,15 @@ class BinnedMetric:
         self._reduce = REDUCTIONS[reduction]
 
     def __call__(self, weights=None):
-        per_group = self._reduce(self._binning.statistics(weights))
+        # Blocks of rows whose bin arrays stay within MAX_GRID_ENTRIES each:
+        # 1,000 resamples of 10**6 bins asked for 8 GiB per array at once.
+        binning = self._binning
+        step = max(1, MAX_GRID_ENTRIES // (binning.n_groups * (binning.n_bins + 1)))
+        if weights is not None and weights.ndim == 2 and weights.shape[0] > step:
+            return np.concatenate(
+                [self(weights[s : s + step]) for s in range(0, weights.shape[0], step)]
+            )
+        per_group = self._reduce(binning.statistics(weights))
         # Class-wise metrics average over the classes; top-label has one group.
         return per_group.mean(axis=-1)
 

@@ -11,6 +11,7 @@ from .._chunks.quantiles import (
     equal_mass_targets,
 )
 from .._chunks.sources import as_chunk_source
+from ..utils._validation import check_grid_entries
 from ._accumulators import (
     BinnedCalibrationAccumulator,
     ProperScoreAccumulator,
@@ -110,6 +111,7 @@ def select_equal_mass_edges(
 ):
     """Exact equal-mass edges, (n_groups, n_bins + 1), by passes over ``source``."""
     n_groups = 1 if multiclass == "top-label" else n_classes
+    check_grid_entries("n_bins", n_bins, n_groups * (n_bins + 1))
     targets = equal_mass_targets(
         total, n_bins, weighted=source.weighted, n_samples=n_samples, shrink=shrink
     )
@@ -139,6 +141,7 @@ def _n_columns(source):
 def _check_n_bins(n_bins):
     if isinstance(n_bins, bool) or not isinstance(n_bins, Integral) or n_bins < 1:
         raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}.")
+    check_grid_entries("n_bins", n_bins, n_bins + 1)
 
 
 def equal_mass_bin_edges(

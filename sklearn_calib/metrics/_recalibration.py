@@ -39,7 +39,11 @@ from scipy import special, stats
 from sklearn.exceptions import ConvergenceWarning
 
 from ..utils._compat import Interval, StrOptions, validate_params
-from ..utils._validation import check_metric_inputs, weight_scale
+from ..utils._validation import (
+    check_grid_entries,
+    check_metric_inputs,
+    weight_scale,
+)
 from ._bin_statistics import top_label
 
 LOGIT_EPS = np.finfo(np.float64).eps
@@ -643,6 +647,8 @@ class HosmerLemeshowTest(NamedTuple):
 def _hosmer_lemeshow_one(p, y, w, n_groups, external=False):
     from ._calibration import calibration_curve
 
+    # Its two class-wise groups of n_groups bins.
+    check_grid_entries("n_groups", n_groups, 2 * (n_groups + 1), what="groups")
     curve = calibration_curve(
         y, p, n_bins=n_groups, strategy="quantile", multiclass="classwise",
         sample_weight=None if np.all(w == 1) else w, labels=[False, True],

@@ -29,7 +29,12 @@ import numpy as np
 from scipy import fft
 
 from ..utils._compat import Interval, validate_params
-from ..utils._validation import check_metric_inputs, weight_scale
+from ..utils._validation import (
+    MAX_GRID_ENTRIES,
+    check_grid_entries,
+    check_metric_inputs,
+    weight_scale,
+)
 from ._bin_statistics import slabs, top_label
 from ._calibration import COMMON_CONSTRAINTS
 
@@ -80,10 +85,22 @@ class _SmoothECE:
             mean = weights.mean(axis=1, keepdims=True)
             weights = weights / np.where(mean > 0, mean, 1.0)
         n_rows = 1 if weights is None else weights.shape[0]
+        # The bisection asks for bandwidths of at least _MIN_BANDWIDTH only
+        # (grids of at most 10,001 points); a given one sizes the grid.
+        sigma = _MIN_BANDWIDTH if bandwidth is None else float(bandwidth)
+        # _grid_size in floating point (20 / 1e-300 overflows an integer).
+        with np.errstate(over="ignore"):
+            grid = np.floor(np.maximum(2000.0, np.round(20.0 / sigma)) / 2) + 1
+        check_grid_entries(
+            "bandwidth", bandwidth, grid, what="grid points", hint="larger"
+        )
+        # Fewer rows at once on fine grids: their spectra stay within a few
+        # times the cap (64 rows of a 10,001-point grid are far below it).
+        per_batch = int(min(_ROWS_PER_BATCH, max(1, MAX_GRID_ENTRIES // grid)))
         values = np.empty(n_rows)
         bandwidths = np.empty(n_rows)
-        for start in range(0, n_rows, _ROWS_PER_BATCH):
-            rows = slice(start, min(start + _ROWS_PER_BATCH, n_rows))
+        for start in range(0, n_rows, per_batch):
+            rows = slice(start, min(start + per_batch, n_rows))
             batch = _Batch(self, None if weights is None else weights[rows])
             values[rows], bandwidths[rows] = batch.solve(bandwidth)
         return values, bandwidths
@@ -257,7 +274,8 @@ def smooth_calibration_error(
         read as the two columns ``(1 - p, p)``; the confidence is then
         ``max(p, 1 - p)``).
     bandwidth : float, default=None
-        A fixed kernel bandwidth ``sigma``; None finds the fixed point.
+        A fixed kernel bandwidth ``sigma``; None finds the fixed point. One
+        below about 2.4e-6 (a grid of more than 2**22 points) is refused.
     sample_weight : array-like of shape (n_samples,), default=None
         Non-negative weights; rescaled to mean 1, they replace the counts in
         the deposits (only their ratios matter).

@@ -745,6 +745,34 @@ def scale_free_weights(sample_weight):
     return sample_weight / weight_scale(sample_weight)
 
 
+# The most entries one bin or grid array of a metric may hold (2**22 float64
+# values: 32 MiB). A parameter asking for more (n_bins=10**9 on 50 rows asked
+# numpy for 7.5 GiB per array, bandwidth=1e-9 for 149 GiB) is refused by name
+# rather than failing with numpy's MemoryError; ordinary parameters stay far
+# below it.
+MAX_GRID_ENTRIES = 2**22
+
+
+def _count_text(entries):
+    entries = float(entries)
+    return f"{entries:,.0f}" if entries < 1e15 else f"{entries:.3g}"
+
+
+def check_grid_entries(parameter, value, entries, what="bins", hint="smaller"):
+    """Refuse a ``parameter`` whose array of ``entries`` exceeds the cap.
+
+    ``entries`` counts the values of the largest array the parameter sizes
+    (bins times groups, grid points times channels); ``hint`` says which
+    way to move the parameter.
+    """
+    if entries > MAX_GRID_ENTRIES:
+        raise ValueError(
+            f"{parameter}={value!r} needs {_count_text(entries)} {what} in one array, "
+            f"more than the {MAX_GRID_ENTRIES:,} a metric allocates; choose a {hint} "
+            f"{parameter}."
+        )
+
+
 # The largest value unit_weight returns.
 UNIT_WEIGHT_CAP = 2.0**1000
 

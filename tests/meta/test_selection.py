@@ -19,6 +19,7 @@ from sklearn.metrics import log_loss as sklearn_log_loss
 from sklearn.model_selection import (
     KFold,
     LeaveOneGroupOut,
+    PredefinedSplit,
     StratifiedKFold,
     cross_val_score,
 )
@@ -26,6 +27,7 @@ from sklearn.model_selection import (
 from sklearn_calib import (
     CalibratorSelector,
     IsotonicCalibration,
+    MarginTemperatureScaling,
     MatrixScaling,
     PlattScaling,
     TemperatureScaling,
@@ -404,6 +406,23 @@ def test_split_indices_outside_the_samples_raise():
         splits = [(np.arange(30), bad), (np.arange(30, 60), np.arange(30))]
         with pytest.raises(ValueError, match=r"split 0 test indices outside range"):
             CalibratorSelector([TemperatureScaling(device="cpu")], cv=splits).fit(X, y)
+
+
+def test_a_given_cv_without_splits_raises():
+    # The selector fell back to its first candidate with a warning about
+    # too few samples (GridSearchCV raises).
+    X, y = _biased_logits(n_samples=60)
+    empty = PredefinedSplit(np.full(len(y), -1))
+    for cv in ([], iter([]), empty):
+        with pytest.raises(ValueError, match="gives no .train, test. split"):
+            CalibratorSelector([TemperatureScaling(device="cpu")], cv=cv).fit(X, y)
+    # MarginTemperatureScaling hands its selector no split on a single row.
+    base = CalibratorSelector([TemperatureScaling(device="cpu")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        mts = MarginTemperatureScaling(base, classes=[0, 1, 2], device="cpu")
+        mts.fit(X[:1], y[:1])
+    assert mts.base_.n_splits_ == 0 and mts.base_.best_index_ == 0
 
 
 def test_unknown_scoring_name_raises():
