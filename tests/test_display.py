@@ -221,7 +221,7 @@ def test_bootstrap_band_bins_resamples_in_blocks_of_bounded_size(data, monkeypat
         shapes.append(np.shape(weights))
         return statistics(self, weights)
 
-    monkeypatch.setattr(display_module, "MAX_GRID_ENTRIES", 41 * 8, raising=False)
+    monkeypatch.setattr(display_module, "GRID_BLOCK_ENTRIES", 41 * 8, raising=False)
     monkeypatch.setattr(_bin_statistics.Binning, "statistics", spy)
     blocks = ReliabilityDisplay.from_predictions(y[:60], proba[:60], **kwargs)
     np.testing.assert_array_equal(blocks.accuracy_low, whole.accuracy_low)

@@ -574,7 +574,7 @@ def _grid_cases():
     return {
         "ece": (expected_calibration_error, dict(n_bins=big), "n_bins"),
         "ace": (adaptive_calibration_error, dict(n_bins=big), "n_bins"),
-        "classwise": (classwise_calibration_error, dict(n_bins=2**21), "n_bins"),
+        "classwise": (classwise_calibration_error, dict(n_bins=2**23), "n_bins"),
         "curve": (calibration_curve, dict(n_bins=big), "n_bins"),
         "debiased": (metrics.debiased_calibration_error, dict(n_bins=big), "n_bins"),
         "report": (calibration_report, dict(n_bins=big), "n_bins"),
@@ -595,7 +595,7 @@ def test_bins_or_grids_too_large_to_allocate_raise(case):
     if name == "n_groups":
         proba = proba[:, 0]
         y = y == 0
-    with pytest.raises(ValueError, match=f"{name}=.* more than the 4,194,304"):
+    with pytest.raises(ValueError, match=f"{name}=.* more than the 16,777,216"):
         metric(y, proba, **params)
 
 
@@ -627,7 +627,7 @@ def test_bootstrap_bins_resamples_in_blocks_of_bounded_size(monkeypatch):
         shapes.append(np.shape(weights))
         return statistics(self, weights)
 
-    monkeypatch.setattr(_bin_statistics, "MAX_GRID_ENTRIES", 41 * 8, raising=False)
+    monkeypatch.setattr(_bin_statistics, "GRID_BLOCK_ENTRIES", 41 * 8, raising=False)
     monkeypatch.setattr(_bin_statistics.Binning, "statistics", spy)
     blocks = bootstrap_interval(expected_calibration_error, y, proba, **kwargs)
     np.testing.assert_array_equal(blocks.resamples, whole.resamples)

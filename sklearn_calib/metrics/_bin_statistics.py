@@ -23,7 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..utils._math import row_blocks, summation_slack
-from ..utils._validation import MAX_GRID_ENTRIES, check_grid_entries
+from ..utils._validation import GRID_BLOCK_ENTRIES, check_grid_entries
 
 # Row blocks of about this many probabilities stay in the L2 cache.
 BLOCK_ELEMENTS = 2**17
@@ -451,10 +451,10 @@ class BinnedMetric:
         self._reduce = REDUCTIONS[reduction]
 
     def __call__(self, weights=None):
-        # Blocks of rows whose bin arrays stay within MAX_GRID_ENTRIES each:
+        # Blocks of rows whose bin arrays stay within GRID_BLOCK_ENTRIES each:
         # 1,000 resamples of 10**6 bins asked for 8 GiB per array at once.
         binning = self._binning
-        step = max(1, MAX_GRID_ENTRIES // (binning.n_groups * (binning.n_bins + 1)))
+        step = max(1, GRID_BLOCK_ENTRIES // (binning.n_groups * (binning.n_bins + 1)))
         if weights is not None and weights.ndim == 2 and weights.shape[0] > step:
             return np.concatenate(
                 [self(weights[s : s + step]) for s in range(0, weights.shape[0], step)]

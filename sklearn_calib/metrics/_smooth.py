@@ -30,7 +30,7 @@ from scipy import fft
 
 from ..utils._compat import Interval, validate_params
 from ..utils._validation import (
-    MAX_GRID_ENTRIES,
+    GRID_BLOCK_ENTRIES,
     check_grid_entries,
     check_metric_inputs,
     weight_scale,
@@ -96,7 +96,7 @@ class _SmoothECE:
         )
         # Fewer rows at once on fine grids: their spectra stay within a few
         # times the cap (64 rows of a 10,001-point grid are far below it).
-        per_batch = int(min(_ROWS_PER_BATCH, max(1, MAX_GRID_ENTRIES // grid)))
+        per_batch = int(min(_ROWS_PER_BATCH, max(1, GRID_BLOCK_ENTRIES // grid)))
         values = np.empty(n_rows)
         bandwidths = np.empty(n_rows)
         for start in range(0, n_rows, per_batch):
@@ -275,7 +275,7 @@ def smooth_calibration_error(
         ``max(p, 1 - p)``).
     bandwidth : float, default=None
         A fixed kernel bandwidth ``sigma``; None finds the fixed point. One
-        below about 2.4e-6 (a grid of more than 2**22 points) is refused.
+        below about 6e-7 (a grid of more than 2**24 points) is refused.
     sample_weight : array-like of shape (n_samples,), default=None
         Non-negative weights; rescaled to mean 1, they replace the counts in
         the deposits (only their ratios matter).

@@ -745,12 +745,15 @@ def scale_free_weights(sample_weight):
     return sample_weight / weight_scale(sample_weight)
 
 
-# The most entries one bin or grid array of a metric may hold (2**22 float64
-# values: 32 MiB). A parameter asking for more (n_bins=10**9 on 50 rows asked
-# numpy for 7.5 GiB per array, bandwidth=1e-9 for 149 GiB) is refused by name
-# rather than failing with numpy's MemoryError; ordinary parameters stay far
-# below it.
-MAX_GRID_ENTRIES = 2**22
+# The most entries one bin or grid array of a metric may hold (2**24 float64
+# values: 128 MiB; class-wise bins of a 128k-token vocabulary at 128 bins
+# fit). A parameter asking for more (n_bins=10**9 on 50 rows asked numpy for
+# 7.5 GiB per array, bandwidth=1e-9 for 149 GiB) is refused by name rather
+# than failing with numpy's MemoryError.
+MAX_GRID_ENTRIES = 2**24
+# The entries of the arrays that batched work (bootstrap resamples binned
+# together, spectra of several rows) fills at once: a memory bound, not a cap.
+GRID_BLOCK_ENTRIES = 2**22
 
 
 def _count_text(entries):
