@@ -742,3 +742,22 @@ def test_histogram_counts_beyond_float64_are_inf_and_the_fit_persists():
     np.testing.assert_allclose(
         restored.predict_proba(X), expected.predict_proba(X), rtol=1e-12
     )
+
+
+@pytest.mark.parametrize("mode", ["top_label", "ovr"])
+def test_quantile_edges_in_any_column_order(mode):
+    # Integer logits: many rows hold the same logits in another order, hence
+    # the same probabilities, but the softmax sums each row in column order,
+    # so they fell an ulp apart and a quantile edge (one of them) split them;
+    # permuting the classes moved the predictions by up to 0.19.
+    rng = np.random.default_rng(3)
+    X = rng.integers(-3, 4, size=(3000, 5)) * 0.37
+    y = rng.integers(0, 5, size=3000)
+    order = np.array([2, 0, 4, 3, 1])
+    for n_bins in (7, 15, 40):
+        calibrator = HistogramBinning(n_bins=n_bins, strategy="quantile", mode=mode)
+        proba = clone(calibrator).fit(X, y).predict_proba(X)
+        permuted = clone(calibrator).fit(X[:, order], np.argsort(order)[y])
+        np.testing.assert_allclose(
+            permuted.predict_proba(X[:, order]), proba[:, order], rtol=1e-12, atol=0
+        )
