@@ -246,6 +246,14 @@ def apply_top_label(proba, new_confidence, masked=None, predicted=None, tied=Non
         predicted = proba.argmax(axis=1)
     old = proba[rows, predicted]
     rest = 1.0 - old
+    # Above 1/2, 1 - p cancels (its rounding is eps / (1 - p) of it, and it is
+    # 0 once p rounds to 1): the other classes' probabilities, each accurate
+    # to its own precision, are summed instead.
+    high = np.flatnonzero(old > 0.5)
+    if high.shape[0]:
+        others = proba[high].copy()
+        others[np.arange(high.shape[0]), predicted[high]] = 0.0
+        rest[high] = others.sum(axis=1)
     top = None
     if tied is not None:
         is_top, n_top = tied
@@ -262,10 +270,12 @@ def apply_top_label(proba, new_confidence, masked=None, predicted=None, tied=Non
         taken = new_confidence * n_top
     else:
         taken = new_confidence
-    out = proba.copy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(rest > 0, (1.0 - taken) / rest, 0.0)
-    out *= scale[:, None]
+    # Each class's share of the rest first (at most 1, where a rest near the
+    # smallest float would overflow (1 - new) / rest); the predicted
+    # columns, which may overflow, are set below.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out = proba / np.where(rest > 0, rest, 1.0)[:, None]
+        out *= np.where(rest > 0, 1.0 - taken, 0.0)[:, None]
     # A row whose other classes were exactly 0 shares the freed mass equally
     # among its other unmasked classes; with none (every other class masked)
     # the row stays one-hot (its t tied classes 1 / t each).
