@@ -28,26 +28,58 @@ from ..utils._validation import mask_of
 from .one_vs_rest import (
     apply_top_label,
     binary_problems,
+    canonical_at,
+    canonical_bin_index,
+    canonical_probabilities,
     finish_one_vs_rest,
     masked_classes,
+    near_others,
     probabilities,
+    sum_slack,
     top_label_targets,
     top_ties,
 )
 
 
-def _weighted_quantile_edges(scores, weights, n_bins):
-    """Inner edges splitting the weighted scores into ``n_bins`` equal masses.
+def _weighted_quantile_rows(scores, weights, n_bins, order):
+    """Rows of the inner edges splitting the weighted scores into equal masses.
 
     Edge ``b`` is the smallest score whose cumulative weight reaches
     ``b / n_bins`` of the total (the inverted CDF), so integer weights give
-    the same edges as repeated samples.
+    the same edges as repeated samples. ``order`` sorts ``scores`` (stable).
     """
-    order = np.argsort(scores, kind="stable")
     cumulative = np.cumsum(weights[order])
     targets = cumulative[-1] * np.arange(1, n_bins) / n_bins
     positions = np.searchsorted(cumulative, targets * (1 - 1e-12), side="left")
-    return scores[order][np.minimum(positions, scores.shape[0] - 1)]
+    return order[np.minimum(positions, scores.shape[0] - 1)]
+
+
+def _quantile_edges(scores, weights, n_bins, logits, columns):
+    """Equal-mass edges and the scores, the same in any order of the columns.
+
+    ``scores[i]`` is column ``columns`` (an int, or None for the top label)
+    of the softmax of ``logits[i]``, whose sum over the classes is taken in
+    column order: rows holding the same logits in another order (or the
+    classes permuted) fall an ulp apart, and an edge (a score) would split
+    them. Scores within the sums' rounding
+    of another row's are recomputed from sorted entries
+    (:func:`~sklearn_calib._binning.one_vs_rest.canonical_probabilities`),
+    and so are the edges: every row then falls on the side of an edge that its
+    canonical score does (the others lie further from it than their rounding),
+    as :func:`~sklearn_calib._binning.one_vs_rest.canonical_bin_index` bins
+    the scores to predict.
+    """
+    order = np.argsort(scores, kind="stable")
+    near = near_others(scores, sum_slack(logits.shape[1]), order)
+    scores = scores.copy()
+    if near.any():
+        scores[near] = canonical_at(logits, np.flatnonzero(near), columns)
+        order = np.argsort(scores, kind="stable")
+    rows = _weighted_quantile_rows(scores, weights, n_bins, order)
+    alone = ~near[rows]
+    scores[rows[alone]] = canonical_at(logits, rows[alone], columns)
+    edges = np.concatenate([[0.0], scores[rows], [1.0]])
+    return edges, scores
 
 
 class HistogramBinning(BaseCalibrator):
@@ -166,11 +198,11 @@ class HistogramBinning(BaseCalibrator):
         # +inf is a count beyond float64 in the caller's units (see _fit).
         check_state_array(self, "bin_counts_", shape=(n_maps, self.n_bins), low=0.0)
 
-    def _edges(self, scores, weights):
+    def _edges(self, scores, weights, logits, columns):
+        """The bin edges of one map and its scores, binned as they will be."""
         if self.strategy == "uniform" or not np.any(weights > 0):
-            return np.linspace(0.0, 1.0, self.n_bins + 1)
-        inner = _weighted_quantile_edges(scores, weights, self.n_bins)
-        return np.concatenate([[0.0], inner, [1.0]])
+            return np.linspace(0.0, 1.0, self.n_bins + 1), scores
+        return _quantile_edges(scores, weights, self.n_bins, logits, columns)
 
     def _bin_index(self, map_index, scores):
         if self.strategy == "uniform":
@@ -179,21 +211,37 @@ class HistogramBinning(BaseCalibrator):
         # (lo, hi] bins: a score equal to an edge belongs to the bin below it.
         return np.searchsorted(inner, scores, side="left")
 
+    def _predicted_bin_index(self, map_index, scores, logits, columns):
+        """The bins of scores to predict (see :func:`_quantile_edges`)."""
+        if self.strategy == "uniform":
+            return uniform_bin_index(scores, self.n_bins)
+        inner = self.bin_edges_[map_index, 1:-1]
+        return canonical_bin_index(scores, inner, logits, columns)
+
     def _weight_scale_matters(self):
         # The fit does not depend on the scale (the weights are divided by
         # their maximum below), but bin_counts_ reports the caller's units.
         return True
 
     def _fit(self, logits, y, sample_weight):
-        problems = binary_problems(
-            probabilities(logits), y, self.mode, sample_weight, masked_classes(logits)
-        )
+        proba = probabilities(logits)
+        masked = masked_classes(logits)
+        problems = binary_problems(proba, y, self.mode, sample_weight, masked)
         n_maps = len(problems)
         self.bin_edges_ = np.empty((n_maps, self.n_bins + 1))
         self.bin_values_ = np.empty((n_maps, self.n_bins))
         self.bin_counts_ = np.empty((n_maps, self.n_bins))
         for m, (scores, targets, weights) in enumerate(problems):
-            self.bin_edges_[m] = self._edges(scores, weights)
+            # The logits of the map's rows and the column of each score.
+            if self.mode == "top_label":
+                rows_logits, columns = logits, None
+            elif masked is not None and masked[:, m].any():
+                rows_logits, columns = logits[~masked[:, m]], m
+            else:
+                rows_logits, columns = logits, m
+            self.bin_edges_[m], scores = self._edges(
+                scores, weights, rows_logits, columns
+            )
             index = self._bin_index(m, scores)
             mass = np.bincount(index, weights=weights, minlength=self.n_bins)
             hits = np.bincount(index, weights=weights * targets, minlength=self.n_bins)
@@ -270,7 +318,8 @@ class HistogramBinning(BaseCalibrator):
         masked = masked_classes(logits)
         if self.mode == "top_label":
             _, confidence, _ = top_label_targets(proba, np.zeros(proba.shape[0]))
-            new = self.bin_values_[0][self._bin_index(0, confidence)]
+            index = self._predicted_bin_index(0, confidence, logits, None)
+            new = self.bin_values_[0][index]
             calibrated = apply_top_label(
                 proba, new, masked, tied=top_ties(proba, confidence)
             )
@@ -281,7 +330,9 @@ class HistogramBinning(BaseCalibrator):
         else:
             calibrated = np.column_stack(
                 [
-                    self.bin_values_[k][self._bin_index(k, proba[:, k])]
+                    self.bin_values_[k][
+                        self._predicted_bin_index(k, proba[:, k], logits, k)
+                    ]
                     for k in range(proba.shape[1])
                 ]
             )
@@ -292,8 +343,15 @@ class HistogramBinning(BaseCalibrator):
 
 
 def _histogram_groups(logits, codes, mode):
-    """The binned scores of histogram binning: float64 softmax, top label or columns."""
-    proba = softmax(logits.astype(np.float64))
+    """The binned scores of the quantile strategy: top label or columns.
+
+    The softmax sums each row over its sorted entries, so that rows holding
+    the same logits in any order get equal scores: in memory, only the rows
+    that another row's score or an edge lies within rounding of are
+    recomputed so (:func:`_quantile_edges`), which bins every row as its
+    canonical score.
+    """
+    proba = canonical_probabilities(logits)
     if mode == "top_label":
         confidence = np.empty(proba.shape[0])
         for rows in row_blocks(*proba.shape, max_elements=BLOCK_ELEMENTS):
@@ -307,7 +365,12 @@ def _histogram_sums(logits, codes, weights, *, mode, n_bins, bin_edges):
     state = BinnedCalibrationAccumulator(
         n_bins=n_bins, multiclass=multiclass, bin_edges=bin_edges
     )
-    proba = softmax(logits.astype(np.float64)) if logits.shape[0] else logits
+    if not logits.shape[0]:
+        proba = logits
+    elif bin_edges is None:
+        proba = softmax(logits.astype(np.float64))
+    else:  # quantile edges: as in _histogram_groups
+        proba = canonical_probabilities(logits)
     mask = mask_of(logits) if mode != "top_label" else None
     if mask is None:
         state._update_validated(codes, proba.astype(np.float64), weights)

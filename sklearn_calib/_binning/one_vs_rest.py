@@ -30,13 +30,102 @@ mid-points (histogram): no data, no correction.
 
 import numpy as np
 
-from ..utils._math import softmax, top_label_correctness
+from ..utils._math import _row_max, softmax, top_label_correctness
 
 PROBA_FLOOR = 1e-12
 
 
 def probabilities(logits):
     return softmax(np.asarray(logits, dtype=np.float64))
+
+
+def sum_slack(n_terms):
+    """A bound on the relative rounding of a float64 sum of ``n_terms`` terms.
+
+    Eight times the worst case of a recursive sum of positive terms, ``(n -
+    1) eps`` (pairwise sums do better), so that two orders of the same terms
+    give sums, and quotients by them, less than half the bound apart.
+    """
+    return 16.0 * n_terms * np.finfo(np.float64).eps
+
+
+def near_others(keys, slack, order=None):
+    """Rows whose key lies within ``slack`` (either row's) of another row's key.
+
+    ``slack`` is an array (one per row), or a float: a relative slack,
+    ``slack * |key|``. ``order`` is ``np.argsort(keys, kind="stable")`` when
+    already at hand.
+    The calibrators that group or split equal values use it to find the rows
+    whose value, summed over the classes in column order, could differ by
+    the sums' rounding from that of a row holding the same logits in another
+    order (or the classes permuted), and recompute only those in a canonical
+    order: sorting every row is several times slower than the fit.
+    """
+    if order is None:
+        order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    if np.ndim(slack) == 0:
+        ordered_slack = slack * np.abs(ordered)
+    else:
+        ordered_slack = slack[order]
+    close = np.diff(ordered) <= np.maximum(ordered_slack[1:], ordered_slack[:-1])
+    near = np.zeros(keys.shape[0], dtype=bool)
+    near[order[1:][close]] = True
+    near[order[:-1][close]] = True
+    return near
+
+
+def canonical_probabilities(logits):
+    """:func:`probabilities` with each row's sum over its sorted entries.
+
+    The same logits in any column order give the same probabilities (the
+    column-order sums may differ by an ulp), to the rounding of the sums of
+    :func:`probabilities`.
+    """
+    z = np.asarray(logits, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        exp = np.exp(np.subtract(z, _row_max(z)))
+    return exp / np.sort(exp, axis=1).sum(axis=1, keepdims=True)
+
+
+def canonical_bin_index(scores, edges, logits, columns):
+    """``np.searchsorted(edges, scores)`` as if the scores were canonical.
+
+    ``scores[i]`` is column ``columns[i]`` of ``probabilities(logits[i])``
+    (``columns`` as in :func:`canonical_at`); ``edges`` are increasing inner
+    bin edges, a score equal to one belonging to the bin below it. A score
+    within its sum's rounding of an edge is recomputed by
+    :func:`canonical_probabilities`, so the bin does not depend on the order
+    of the columns; the others fall on the side of their canonical value.
+    """
+    index = np.searchsorted(edges, scores, side="left")
+    if edges.shape[0] == 0 or scores.shape[0] == 0:
+        return index
+    slack = sum_slack(logits.shape[1]) * scores
+    below = edges[np.maximum(index - 1, 0)]
+    above = edges[np.minimum(index, edges.shape[0] - 1)]
+    near = np.flatnonzero(
+        (np.abs(scores - below) <= slack) | (np.abs(above - scores) <= slack)
+    )
+    if near.shape[0] == 0:
+        return index
+    index[near] = np.searchsorted(
+        edges, canonical_at(logits, near, columns), side="left"
+    )
+    return index
+
+
+def canonical_at(logits, rows, columns):
+    """:func:`canonical_probabilities` of ``rows``, at ``columns``.
+
+    ``columns``: an int, one column per row of ``logits`` (not only of
+    ``rows``), or None for each row's maximum.
+    """
+    canonical = canonical_probabilities(logits[rows])
+    if columns is None:
+        return canonical.max(axis=1)
+    cols = columns if np.ndim(columns) == 0 else np.asarray(columns)[rows]
+    return canonical[np.arange(rows.shape[0]), cols]
 
 
 def softmax_log_odds(logits):
@@ -157,6 +246,14 @@ def apply_top_label(proba, new_confidence, masked=None, predicted=None, tied=Non
         predicted = proba.argmax(axis=1)
     old = proba[rows, predicted]
     rest = 1.0 - old
+    # Above 1/2, 1 - p cancels (its rounding is eps / (1 - p) of it, and it is
+    # 0 once p rounds to 1): the other classes' probabilities, each accurate
+    # to its own precision, are summed instead.
+    high = np.flatnonzero(old > 0.5)
+    if high.shape[0]:
+        others = proba[high].copy()
+        others[np.arange(high.shape[0]), predicted[high]] = 0.0
+        rest[high] = others.sum(axis=1)
     top = None
     if tied is not None:
         is_top, n_top = tied
@@ -173,10 +270,12 @@ def apply_top_label(proba, new_confidence, masked=None, predicted=None, tied=Non
         taken = new_confidence * n_top
     else:
         taken = new_confidence
-    out = proba.copy()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        scale = np.where(rest > 0, (1.0 - taken) / rest, 0.0)
-    out *= scale[:, None]
+    # Each class's share of the rest first (at most 1, where a rest near the
+    # smallest float would overflow (1 - new) / rest); the predicted
+    # columns, which may overflow, are set below.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        out = proba / np.where(rest > 0, rest, 1.0)[:, None]
+        out *= np.where(rest > 0, 1.0 - taken, 0.0)[:, None]
     # A row whose other classes were exactly 0 shares the freed mass equally
     # among its other unmasked classes; with none (every other class masked)
     # the row stays one-hot (its t tied classes 1 / t each).

@@ -17,6 +17,7 @@ from ..base import BaseCalibrator
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_array, fail_state
 from ..utils._math import log_softmax, top_label_correctness
+from .one_vs_rest import near_others, sum_slack
 
 # Largest calibrated confidence: the other classes keep at least 1e-12 of
 # the mass together, so log-probabilities stay finite.
@@ -119,13 +120,9 @@ def _grouping_keys(logits, log_rest, keep):
     rows = np.flatnonzero(keep)
     finite = np.where(np.isfinite(logits[rows]), logits[rows], 0.0)
     # the sums' rounding: the row's length and its logits' magnitude
-    slack = 16.0 * logits.shape[1] * np.finfo(np.float64).eps
+    slack = sum_slack(logits.shape[1])
     slack = slack * (1.0 + np.abs(finite).max(axis=1) + np.abs(keys))
-    order = np.argsort(keys, kind="stable")
-    close = np.diff(keys[order]) <= np.maximum(slack[order][1:], slack[order][:-1])
-    near = np.zeros(keys.shape[0], dtype=bool)
-    near[order[1:][close]] = True
-    near[order[:-1][close]] = True
+    near = near_others(keys, slack)
     if near.any():
         keys = keys.copy()
         keys[near] = top_label(np.sort(logits[rows[near]], axis=1))[3]

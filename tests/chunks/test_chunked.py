@@ -260,6 +260,34 @@ def test_histogram_top_label_from_chunks_counts_tied_tops_as_in_memory(strategy)
     np.testing.assert_allclose(fitted.bin_counts_, expected.bin_counts_, rtol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["ovr", "top_label"])
+def test_histogram_quantile_from_chunks_in_any_column_order(mode):
+    # Integer logits: rows holding the same logits in another order have the
+    # same probabilities, which the column-order softmax sums set an ulp
+    # apart. The bins in memory and from chunks are those of the sorted
+    # sums, whatever the order of the classes.
+    rng = np.random.default_rng(3)
+    X = rng.integers(-3, 4, size=(3000, 5)) * 0.37
+    y = rng.integers(0, 5, size=3000)
+    w = rng.integers(0, 3, size=3000) * 1.0
+    order = np.array([2, 0, 4, 3, 1])
+    params = {"n_bins": 13, "strategy": "quantile", "mode": mode}
+    expected = HistogramBinning(**params).fit(X, y, sample_weight=w)
+    fitted = HistogramBinning(**params).fit_chunks(random_chunks(X, y, w))
+    permuted = HistogramBinning(**params).fit_chunks(
+        random_chunks(X[:, order], np.argsort(order)[y], w)
+    )
+    maps = order if mode == "ovr" else [0]
+    for other, at in ((fitted, slice(None)), (permuted, maps)):
+        np.testing.assert_array_equal(other.bin_edges_, expected.bin_edges_[at])
+        np.testing.assert_allclose(
+            other.bin_values_, expected.bin_values_[at], rtol=1e-12
+        )
+        np.testing.assert_allclose(
+            other.bin_counts_, expected.bin_counts_[at], rtol=1e-12
+        )
+
+
 # --- SMART: mini-batches ---
 
 
