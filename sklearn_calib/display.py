@@ -14,7 +14,7 @@ from .metrics._binomial import BINOMIAL_METHODS, bin_accuracy_interval
 from .metrics._bootstrap import resample_weights
 from .metrics._selective import aurc_from_statistics, risk_coverage_statistics
 from .utils._compat import check_is_fitted
-from .utils._validation import GRID_BLOCK_ENTRIES, check_metric_inputs, weight_scale
+from .utils._validation import check_metric_inputs, weight_scale
 
 
 def _bootstrap_accuracy_band(
@@ -22,8 +22,7 @@ def _bootstrap_accuracy_band(
 ):
     """Per-bin percentile interval of the accuracy over bootstrap resamples."""
     accuracies = []
-    # Blocks of resamples whose bin arrays hold at most GRID_BLOCK_ENTRIES each.
-    step = max(1, GRID_BLOCK_ENTRIES // (binning.n_groups * (binning.n_bins + 1)))
+    step = binning.block_rows
     for slab in resample_weights(
         binning.n_samples, n_bootstraps, random_state, sample_weight
     ):

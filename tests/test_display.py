@@ -208,21 +208,12 @@ def test_scaling_every_weight_changes_nothing(data, multiclass, interval):
 
 def test_bootstrap_band_bins_resamples_in_blocks_of_bounded_size(data, monkeypatch):
     # A slab of resamples was binned at once: (rows, groups, n_bins) per array.
-    import sklearn_calib.display as display_module
-    from sklearn_calib.metrics import _bin_statistics
+    from .test_metrics import spy_on_binned_blocks
 
     _, y, proba = data
     kwargs = dict(n_bins=40, n_bootstraps=50, random_state=0)
     whole = ReliabilityDisplay.from_predictions(y[:60], proba[:60], **kwargs)
-    shapes = []
-    statistics = _bin_statistics.Binning.statistics
-
-    def spy(self, weights=None):
-        shapes.append(np.shape(weights))
-        return statistics(self, weights)
-
-    monkeypatch.setattr(display_module, "GRID_BLOCK_ENTRIES", 41 * 8, raising=False)
-    monkeypatch.setattr(_bin_statistics.Binning, "statistics", spy)
+    shapes = spy_on_binned_blocks(monkeypatch, 41 * 8)
     blocks = ReliabilityDisplay.from_predictions(y[:60], proba[:60], **kwargs)
     np.testing.assert_array_equal(blocks.accuracy_low, whole.accuracy_low)
     np.testing.assert_array_equal(blocks.accuracy_high, whole.accuracy_high)

@@ -610,16 +610,10 @@ def test_the_largest_grids_allowed_give_the_values_of_coarser_ones():
     assert np.isfinite(smooth_calibration_error(y, proba, bandwidth=3e-6))
 
 
-def test_bootstrap_bins_resamples_in_blocks_of_bounded_size(monkeypatch):
-    # 1,000 resamples of 10**6 bins asked for 8 GiB per array at once; the
-    # blocks give the same resamples.
+def spy_on_binned_blocks(monkeypatch, block_entries):
+    """Cap the resamples binned at once; record the weights' shapes binned."""
     from sklearn_calib.metrics import _bin_statistics
 
-    rng = np.random.default_rng(0)
-    proba = rng.dirichlet(np.ones(3), 60)
-    y = rng.integers(0, 3, 60)
-    kwargs = dict(n_resamples=50, random_state=0, n_bins=40)
-    whole = bootstrap_interval(expected_calibration_error, y, proba, **kwargs)
     shapes = []
     statistics = _bin_statistics.Binning.statistics
 
@@ -627,8 +621,20 @@ def test_bootstrap_bins_resamples_in_blocks_of_bounded_size(monkeypatch):
         shapes.append(np.shape(weights))
         return statistics(self, weights)
 
-    monkeypatch.setattr(_bin_statistics, "GRID_BLOCK_ENTRIES", 41 * 8, raising=False)
+    monkeypatch.setattr(_bin_statistics, "GRID_BLOCK_ENTRIES", block_entries)
     monkeypatch.setattr(_bin_statistics.Binning, "statistics", spy)
+    return shapes
+
+
+def test_bootstrap_bins_resamples_in_blocks_of_bounded_size(monkeypatch):
+    # 1,000 resamples of 10**6 bins asked for 8 GiB per array at once; the
+    # blocks give the same resamples.
+    rng = np.random.default_rng(0)
+    proba = rng.dirichlet(np.ones(3), 60)
+    y = rng.integers(0, 3, 60)
+    kwargs = dict(n_resamples=50, random_state=0, n_bins=40)
+    whole = bootstrap_interval(expected_calibration_error, y, proba, **kwargs)
+    shapes = spy_on_binned_blocks(monkeypatch, 41 * 8)
     blocks = bootstrap_interval(expected_calibration_error, y, proba, **kwargs)
     np.testing.assert_array_equal(blocks.resamples, whole.resamples)
     assert max(shape[0] for shape in shapes if len(shape) == 2) <= 8

@@ -158,6 +158,13 @@ class Binning:
         self._top = None
         self._layout_cache = {}
 
+    @property
+    def block_rows(self):
+        """Rows of weights (resamples) to bin at once: their bin arrays hold
+        at most GRID_BLOCK_ENTRIES each (1,000 resamples of 10**6 bins asked
+        for 8 GiB per array at once)."""
+        return max(1, GRID_BLOCK_ENTRIES // (self.n_groups * (self.n_bins + 1)))
+
     def group(self, g):
         """Scores and boolean outcomes of group ``g``."""
         if self.multiclass == "top-label":
@@ -451,10 +458,8 @@ class BinnedMetric:
         self._reduce = REDUCTIONS[reduction]
 
     def __call__(self, weights=None):
-        # Blocks of rows whose bin arrays stay within GRID_BLOCK_ENTRIES each:
-        # 1,000 resamples of 10**6 bins asked for 8 GiB per array at once.
         binning = self._binning
-        step = max(1, GRID_BLOCK_ENTRIES // (binning.n_groups * (binning.n_bins + 1)))
+        step = binning.block_rows
         if weights is not None and weights.ndim == 2 and weights.shape[0] > step:
             return np.concatenate(
                 [self(weights[s : s + step]) for s in range(0, weights.shape[0], step)]
