@@ -445,7 +445,10 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol, *, floor=_NOISE_FLOO
             if g_lo >= 0:
                 return TemperatureFit(lo, n_iter + 1, "at_lower_beta", g_lo)
             lo_checked = True
-        if not lo < candidate < hi or (slow_steps >= 2 and lo_checked and hi_checked):
+        bisect = not lo < candidate < hi or (
+            slow_steps >= 2 and lo_checked and hi_checked
+        )
+        if bisect:
             candidate = (lo * hi) ** 0.5  # bisect in log space: beta spans decades
         step = abs(candidate - beta)
         beta = candidate
@@ -466,7 +469,11 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol, *, floor=_NOISE_FLOO
             or (step <= floor * beta and step > 0.25 * previous_step)
         ):
             return TemperatureFit(beta, n_iter, "converged", g)
-        previous_step = step
+        # A bisection's step says nothing of Newton's convergence: the Newton
+        # step after it, a thousandth of it, is no sign of convergence (one
+        # row of 1e20 labelled with its largest logit set lo near 1e-22, and
+        # the first step after a bisection to 1e-11 was taken as converged).
+        previous_step = float("inf") if bisect else step
     return TemperatureFit(beta, max_iter, "max_iter", g)
 
 

@@ -505,3 +505,29 @@ def test_spaced_rows_of_small_problems_are_every_row():
         np.testing.assert_array_equal(
             spaced_rows(n_rows, torch.device("cpu")).numpy(), np.arange(n_rows)
         )
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("far", [1e20, 1e35, 1e100])
+def test_one_far_row_with_its_own_label_changes_nothing(dtype, far):
+    # Weak logits (T near 80): the row (far, 0, 0, 0) labelled 0 has loss
+    # exactly 0 from 1e6 on. Its spread set the bracket's lower end near
+    # 1e-4 / far; a bisection towards it was followed by a Newton step a
+    # thousandth of the bisection's, taken for quadratic convergence: T of
+    # 7.7e9 (1e20) and 7.7e49 (1e100) in float64, without a warning.
+    if dtype == np.float32 and far > 1e38:
+        pytest.skip("beyond float32's range")
+    rng = np.random.default_rng(0)
+    X = 2.0 * rng.normal(size=(200, 4))
+    y = rng.integers(0, 4, 200)
+    temperatures = []
+    for value in (1e6, far):
+        X[0] = [value, 0.0, 0.0, 0.0]
+        y[0] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fit = TemperatureScaling().fit(X.astype(dtype), y)
+        temperatures.append(fit.temperature_)
+    assert 50 < temperatures[0] < 150
+    np.testing.assert_allclose(temperatures[1], temperatures[0], rtol=1e-6)
+
