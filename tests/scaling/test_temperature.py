@@ -531,3 +531,22 @@ def test_one_far_row_with_its_own_label_changes_nothing(dtype, far):
     assert 50 < temperatures[0] < 150
     np.testing.assert_allclose(temperatures[1], temperatures[0], rtol=1e-6)
 
+
+
+def test_one_far_mislabelled_row_reaches_the_upper_temperature():
+    # A row (1e100, 0, 0, 0) labelled 1 sets L'(beta) = 1e100 / n until beta
+    # ~1e-100: the loss falls as T -> infinity, to log K. Newton's steps in
+    # log(beta) stayed -1, the absolute steps shrank by e each and never
+    # looked slow, so the iteration crawled to max_iter=100 (loss 6e53).
+    rng = np.random.default_rng(0)
+    X = 2.0 * rng.normal(size=(200, 4))
+    y = rng.integers(0, 4, 200)
+    X[np.arange(200), y] += 3.0
+    X[0] = [1e100, 0.0, 0.0, 0.0]
+    y[0] = 1
+    with pytest.warns(UserWarning, match="T -> infinity") as record:
+        fit = TemperatureScaling().fit(X, y)
+    assert not [w for w in record if issubclass(w.category, ConvergenceWarning)]
+    z = X / fit.temperature_
+    loss = np.mean(logsumexp(z, axis=1) - z[np.arange(200), y])
+    assert loss < np.log(4) + 1e-4
