@@ -498,7 +498,7 @@ class BetaCalibration(_BinaryLogisticMap):
                 continue
             if best is None or fit.loss < best[0].loss - 1e-15 * abs(best[0].loss):
                 best = (fit, coef)
-            if len(free) == 2:
+            if len(free) == 2 and fit.status == "converged":
                 break  # the unconstrained optimum is feasible: it is the optimum
         fit, coef = best
         _warn_if_unconverged(name, fit, self.tol, self.max_iter)
