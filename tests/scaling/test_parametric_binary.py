@@ -474,3 +474,26 @@ def test_beta_one_far_mislabelled_score_reaches_the_optimum(value):
     )
     assert fitted[1 - free] == 0.0
     assert nll(fitted) <= reference.fun + 1e-9
+
+
+@pytest.mark.parametrize("value", [1e20, 1e100, -1e20, -1e100])
+def test_quadratic_far_score_its_map_cannot_reach_is_refused(value):
+    # The fit of the other rows has a positive quadratic term: one score far
+    # beyond them labelled 0 needs that term below -(linear part) / value, a
+    # cancellation float64 cannot hold. The Newton solve stalled there, with
+    # the row's label at probability 0 and a ConvergenceWarning about
+    # separation (at 1e100 also numpy's overflow RuntimeWarnings). Labelled
+    # 1, on the side the fit already gives it, the row changes nothing.
+    s, y = _scores(n=800, seed=3)
+    reference = QuadraticScaling().fit(np.r_[s, 1e3][:, None], np.r_[y, 1])
+    assert reference.coef_[1] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        far = QuadraticScaling().fit(np.r_[s, value][:, None], np.r_[y, 1])
+        np.testing.assert_allclose(
+            far.predict_proba(s[:, None]),
+            reference.predict_proba(s[:, None]),
+            atol=1e-9,
+        )
+        with pytest.raises(ValueError, match="QuadraticScaling cannot fit"):
+            QuadraticScaling().fit(np.r_[s, value][:, None], np.r_[y, 0])
