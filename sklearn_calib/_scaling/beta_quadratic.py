@@ -61,6 +61,10 @@ class LogisticFit:
     n_iter: int
     status: str  # "converged", "max_iter" or "stalled"
     gradient: float
+    # Largest loss of a row far beyond the others (see fit_logistic), 0.0 when
+    # there is none: such a row left at a loss above log 2 by an unconverged
+    # solve is on the wrong side of the map, which float64 could not fix.
+    far_loss: float = 0.0
 
 
 def _loss_grad(X, y, v, theta):
@@ -135,10 +139,21 @@ def fit_logistic(features, y, weights, *, tol, max_iter):
         )
     theta, loss, grad, status, n_iter = _newton(X, y, v, theta, tol, max_iter)
     n_iter += start_iterations
+    far_loss = 0.0
+    if far.any():
+        with np.errstate(over="ignore", invalid="ignore"):
+            eta = X[far] @ theta
+            far_loss = float(np.max(np.logaddexp(0.0, eta) - y[far] * eta))
     coef = theta[1:] / scale
     intercept = float(theta[0] - coef @ centre)
     return LogisticFit(
-        coef, intercept, loss, n_iter, status, float(np.max(np.abs(grad)))
+        coef,
+        intercept,
+        loss,
+        n_iter,
+        status,
+        float(np.max(np.abs(grad))),
+        far_loss if np.isfinite(far_loss) else np.inf,
     )
 
 
@@ -163,8 +178,11 @@ def _newton(X, y, v, theta, tol, max_iter):
                 f"magnitude up to {top:.3g} make the Hessian overflow"
             )
         step = -np.linalg.lstsq(hessian, grad, rcond=1e-13)[0]
-        slope = float(grad @ step)
-        if not slope < 0:  # no descent direction left (a flat, saturated loss)
+        with np.errstate(over="ignore", invalid="ignore"):
+            # A row far out (a score of 1e100 against its label) makes the
+            # gradient and the step so large that their product overflows.
+            slope = float(grad @ step)
+        if not -np.inf < slope < 0:  # no (representable) descent direction left
             status, n_iter = "stalled", iteration - 1
             break
         # Halving 60 times reaches t ~ 1e-18: bounded.
@@ -337,6 +355,17 @@ class _BinaryLogisticMap(BaseCalibrator):
             )
         except FloatingPointError as exc:
             raise ValueError(f"{type(self).__name__} {exc}.") from None
+        if fit.status != "converged" and fit.far_loss > np.log(2.0):
+            # The optimum pins such a row's logit below 0 through a
+            # cancellation between the coefficients that float64 cannot hold.
+            raise ValueError(
+                f"{type(self).__name__} cannot fit these scores in float64: a "
+                "score more than 2**20 median absolute deviations beyond the "
+                "others is left with its label's probability "
+                f"{np.exp(-fit.far_loss):.3g} by a Newton solve that stopped "
+                "unconverged. Such a score (1e20 beside scores of order 1) is "
+                "likely an error; remove or clip it."
+            )
         _warn_if_unconverged(type(self).__name__, fit, self.tol, self.max_iter)
         _warn_if_separated(type(self).__name__, fit, stacklevel=6, separated=separated)
         return fit
@@ -498,7 +527,7 @@ class BetaCalibration(_BinaryLogisticMap):
                 continue
             if best is None or fit.loss < best[0].loss - 1e-15 * abs(best[0].loss):
                 best = (fit, coef)
-            if len(free) == 2:
+            if len(free) == 2 and fit.status == "converged":
                 break  # the unconstrained optimum is feasible: it is the optimum
         fit, coef = best
         _warn_if_unconverged(name, fit, self.tol, self.max_iter)

@@ -410,6 +410,7 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol, *, floor=_NOISE_FLOO
     """
     lo_checked = hi_checked = False
     previous_step = float("inf")
+    previous_beta = beta
     slow_steps = 0
     g = float("nan")
     for n_iter in range(1, max_iter + 1):
@@ -433,7 +434,15 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol, *, floor=_NOISE_FLOO
         # Newton crawls linearly when the optimum is at a bound (for example
         # a separable calibration set: L' ~ -c exp(-beta gap)); two slow steps
         # in a row trigger the check of the bound the gradient points to.
-        slow = abs(candidate - beta) > max(0.5 * previous_step, floor * beta)
+        # Downwards the steps are compared relative to beta: where one row
+        # far beyond the others sets L' (a mislabelled row of 1e100: L' ~ its
+        # constant logit gap until beta 1e-100), the step in log(beta) stays
+        # -1, so the absolute steps shrink by e each and never looked slow.
+        slow = abs(candidate - beta) > max(0.5 * previous_step, floor * beta) or (
+            candidate < beta
+            and math.isfinite(previous_step)
+            and beta - candidate > 0.5 * previous_step * candidate / previous_beta
+        )
         slow_steps = slow_steps + 1 if slow else 0
         if (candidate >= hi or (slow_steps >= 2 and g < 0)) and not hi_checked:
             g_hi = problem.derivatives(hi)[0]
@@ -445,10 +454,13 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol, *, floor=_NOISE_FLOO
             if g_lo >= 0:
                 return TemperatureFit(lo, n_iter + 1, "at_lower_beta", g_lo)
             lo_checked = True
-        if not lo < candidate < hi or (slow_steps >= 2 and lo_checked and hi_checked):
+        bisect = not lo < candidate < hi or (
+            slow_steps >= 2 and lo_checked and hi_checked
+        )
+        if bisect:
             candidate = (lo * hi) ** 0.5  # bisect in log space: beta spans decades
         step = abs(candidate - beta)
-        beta = candidate
+        previous_beta, beta = beta, candidate
         # Converged: the step is below tolerance, or quadratic convergence
         # (error_{k+1} ~ C step_k^2, C estimated from the last two steps; the
         # Halley steps converge faster still) predicts that the step just
@@ -466,7 +478,11 @@ def bracketed_newton(problem, beta, lo, hi, max_iter, rtol, *, floor=_NOISE_FLOO
             or (step <= floor * beta and step > 0.25 * previous_step)
         ):
             return TemperatureFit(beta, n_iter, "converged", g)
-        previous_step = step
+        # A bisection's step says nothing of Newton's convergence: the Newton
+        # step after it, a thousandth of it, is no sign of convergence (one
+        # row of 1e20 labelled with its largest logit set lo near 1e-22, and
+        # the first step after a bisection to 1e-11 was taken as converged).
+        previous_step = float("inf") if bisect else step
     return TemperatureFit(beta, max_iter, "max_iter", g)
 
 

@@ -155,8 +155,6 @@ def test_string_labels_and_binary_column():
 
 
 def test_max_iter_warns():
-    from sklearn.exceptions import ConvergenceWarning
-
     logits, y = _offset_logits(8)
     with pytest.warns(ConvergenceWarning, match="did not converge"):
         BiasCorrectedTemperatureScaling(device="cpu", max_iter=1).fit(logits, y)
@@ -237,11 +235,13 @@ def test_float32_logits_spread_by_1e_40_fit_as_their_units():
 
 
 def test_overflowing_objective_is_reported_not_used():
-    # A gap of 1 next to a gap of 2.7e-284: the temperature solution is ~1e240,
-    # and the squared scaled logits of BCTS's Hessian overflow float64 (a
-    # hypothesis draw of test_robustness raised numpy's overflow warning).
+    # A gap of 1e20 next to a gap of 2.7e-284: the temperature solution is
+    # ~1e135 (the end of its bracket), and the squared scaled logits of BCTS's
+    # Hessian overflow float64 (a hypothesis draw of test_robustness, with a
+    # gap of 1, raised numpy's overflow warning; there the temperature solver
+    # crawled to ~1e240 before it stopped at its bracket's end).
     X = np.zeros((12, 2))
-    X[0, 0], X[1, 0] = 1.0, 2.68968283e-284
+    X[0, 0], X[1, 0] = 1e20, 2.68968283e-284
     y = np.array([0, 1, 1, 1, 0, 1, 0, 0, 0, 0, 1, 1])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -254,8 +254,8 @@ def test_overflowing_objective_is_reported_not_used():
     np.testing.assert_allclose(proba.sum(axis=1), 1.0)
     # The temperature-scaling solution is kept: no bias.
     np.testing.assert_array_equal(bcts.intercept_, 0.0)
-    # (TemperatureScaling itself crawls on these logits: its own warning.)
-    with pytest.warns(ConvergenceWarning, match="TemperatureScaling did not converge"):
+    # (TemperatureScaling itself stops at its bracket's end: its own warning.)
+    with pytest.warns(UserWarning, match="T -> infinity"):
         temperature = TemperatureScaling(device="cpu").fit(X, y).temperature_
     assert bcts.temperature_ == temperature
 

@@ -441,3 +441,59 @@ def test_beta_one_far_score_with_its_own_label_changes_nothing(value):
             beta = BetaCalibration().fit(np.r_[score, far][:, None], np.r_[y, 1])
         fits.append(beta.predict_proba(score[:, None]))
     np.testing.assert_allclose(fits[1], fits[0], atol=1e-9)
+
+
+@pytest.mark.parametrize("value", [1e100, -1e100])
+def test_beta_one_far_mislabelled_score_reaches_the_optimum(value):
+    # A score of 1e100 labelled 0 (-1e100 labelled 1) forces the coefficient
+    # of its feature, -ln(1 - p) = 1e100 (ln p = -1e100), to 0: the optimum
+    # lies on a face of {a >= 0, b >= 0}. The unconstrained Newton solve
+    # stalled (loss 1.9e97) at coefficients that were both positive, and that
+    # stalled fit was kept as "the unconstrained optimum is feasible" without
+    # trying the faces: the far row's probability 0, with a ConvergenceWarning.
+    rng = np.random.default_rng(3)
+    score = np.r_[rng.normal(scale=2.0, size=800), value]
+    y = (rng.random(801) < expit(1.5 * score - 0.3)).astype(int)
+    y[-1] = int(value < 0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        beta = BetaCalibration().fit(score[:, None], y)
+    features = np.column_stack([log_expit(score), np.logaddexp(0.0, score)])
+
+    def nll(theta):
+        eta = features @ theta[:2] + theta[2]
+        return np.mean(np.logaddexp(0.0, eta) - y * eta)
+
+    fitted = np.r_[beta.coef_, beta.intercept_]
+    free = 0 if value > 0 else 1  # the coefficient of the near feature
+    reference = minimize(
+        lambda t: nll(np.insert(t, 1 - free, 0.0)),
+        np.zeros(2),
+        method="BFGS",
+        options={"gtol": 1e-10},
+    )
+    assert fitted[1 - free] == 0.0
+    assert nll(fitted) <= reference.fun + 1e-9
+
+
+@pytest.mark.parametrize("value", [1e20, 1e100, -1e20, -1e100])
+def test_quadratic_far_score_its_map_cannot_reach_is_refused(value):
+    # The fit of the other rows has a positive quadratic term: one score far
+    # beyond them labelled 0 needs that term below -(linear part) / value, a
+    # cancellation float64 cannot hold. The Newton solve stalled there, with
+    # the row's label at probability 0 and a ConvergenceWarning about
+    # separation (at 1e100 also numpy's overflow RuntimeWarnings). Labelled
+    # 1, on the side the fit already gives it, the row changes nothing.
+    s, y = _scores(n=800, seed=3)
+    reference = QuadraticScaling().fit(np.r_[s, 1e3][:, None], np.r_[y, 1])
+    assert reference.coef_[1] > 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        far = QuadraticScaling().fit(np.r_[s, value][:, None], np.r_[y, 1])
+        np.testing.assert_allclose(
+            far.predict_proba(s[:, None]),
+            reference.predict_proba(s[:, None]),
+            atol=1e-9,
+        )
+        with pytest.raises(ValueError, match="QuadraticScaling cannot fit"):
+            QuadraticScaling().fit(np.r_[s, value][:, None], np.r_[y, 0])

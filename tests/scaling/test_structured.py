@@ -322,3 +322,23 @@ def test_tol_zero_stalls_on_rounding_not_at_infinity(cls):
     messages = [str(w.message) for w in caught if w.category is ConvergenceWarning]
     assert messages and all("raise tol" in m for m in messages)
     assert not any("infinity" in m for m in messages)
+
+
+@pytest.mark.parametrize("cls", [StructuredVectorScaling, StructuredMatrixScaling])
+@pytest.mark.parametrize("far", [1e20, 1e100])
+def test_one_far_row_with_its_own_label_changes_nothing(cls, far):
+    # Weak logits (temperature near 80): the row (far, 0, 0, 0) labelled 0
+    # adds exactly nothing to the likelihood. The temperature solver that
+    # starts these fits took a step after a bisection for convergence and
+    # stopped at T ~7.7e9 (1e20), and the fits moved by 2.9e-2 silently.
+    rng = np.random.default_rng(0)
+    X = 2.0 * rng.normal(size=(300, 4))
+    y = rng.integers(0, 4, 300)
+    probabilities = []
+    for value in (1e6, far):
+        rows = np.r_[[[value, 0.0, 0.0, 0.0]], X]
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fit = cls().fit(rows, np.r_[0, y])
+        probabilities.append(fit.predict_proba(X))
+    np.testing.assert_allclose(probabilities[1], probabilities[0], atol=1e-6)

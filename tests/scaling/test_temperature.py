@@ -505,3 +505,48 @@ def test_spaced_rows_of_small_problems_are_every_row():
         np.testing.assert_array_equal(
             spaced_rows(n_rows, torch.device("cpu")).numpy(), np.arange(n_rows)
         )
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("far", [1e20, 1e35, 1e100])
+def test_one_far_row_with_its_own_label_changes_nothing(dtype, far):
+    # Weak logits (T near 80): the row (far, 0, 0, 0) labelled 0 has loss
+    # exactly 0 from 1e6 on. Its spread set the bracket's lower end near
+    # 1e-4 / far; a bisection towards it was followed by a Newton step a
+    # thousandth of the bisection's, taken for quadratic convergence: T of
+    # 7.7e9 (1e20) and 7.7e49 (1e100) in float64, without a warning.
+    if dtype == np.float32 and far > 1e38:
+        pytest.skip("beyond float32's range")
+    rng = np.random.default_rng(0)
+    X = 2.0 * rng.normal(size=(200, 4))
+    y = rng.integers(0, 4, 200)
+    temperatures = []
+    for value in (1e6, far):
+        X[0] = [value, 0.0, 0.0, 0.0]
+        y[0] = 0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fit = TemperatureScaling().fit(X.astype(dtype), y)
+        temperatures.append(fit.temperature_)
+    assert 50 < temperatures[0] < 150
+    np.testing.assert_allclose(temperatures[1], temperatures[0], rtol=1e-6)
+
+
+
+def test_one_far_mislabelled_row_reaches_the_upper_temperature():
+    # A row (1e100, 0, 0, 0) labelled 1 sets L'(beta) = 1e100 / n until beta
+    # ~1e-100: the loss falls as T -> infinity, to log K. Newton's steps in
+    # log(beta) stayed -1, the absolute steps shrank by e each and never
+    # looked slow, so the iteration crawled to max_iter=100 (loss 6e53).
+    rng = np.random.default_rng(0)
+    X = 2.0 * rng.normal(size=(200, 4))
+    y = rng.integers(0, 4, 200)
+    X[np.arange(200), y] += 3.0
+    X[0] = [1e100, 0.0, 0.0, 0.0]
+    y[0] = 1
+    with pytest.warns(UserWarning, match="T -> infinity") as record:
+        fit = TemperatureScaling().fit(X, y)
+    assert not [w for w in record if issubclass(w.category, ConvergenceWarning)]
+    z = X / fit.temperature_
+    loss = np.mean(logsumexp(z, axis=1) - z[np.arange(200), y])
+    assert loss < np.log(4) + 1e-4
