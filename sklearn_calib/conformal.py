@@ -83,7 +83,11 @@ def _masked_softmax(logits):
             "so it has no probability distribution."
         )
     proba = np.exp(logits - top)
-    proba /= proba.sum(axis=1, keepdims=True)
+    # Summed over each row's sorted entries: rows holding the same logits in
+    # another column order (the classes permuted) get the same probabilities,
+    # where column-order sums may differ by an ulp and move a score tied with
+    # the quantile (or a threshold) across it.
+    proba /= np.sort(proba, axis=1).sum(axis=1, keepdims=True)
     return proba, (masked if masked.any() else None)
 
 

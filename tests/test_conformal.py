@@ -1023,3 +1023,22 @@ def test_classes_state_the_columns_of_raw_logits():
         ConformalClassifier(TemperatureScaling(device="cpu"), classes=[0, 1, 2, 3]).fit(
             X, y
         )
+
+
+@pytest.mark.parametrize("estimator", [ConformalClassifier, ConformalRiskClassifier])
+def test_lac_sets_of_integer_logits_do_not_depend_on_the_class_order(estimator):
+    # Integer logits: many rows hold the same logits in another column order.
+    # The softmax summed in column order set them an ulp apart, so the
+    # quantile (the score of one of them) moved by an ulp when the classes
+    # were permuted, and 5 of 300 test rows gained or lost a class.
+    X, y = make_logits(n_samples=1000, n_classes=4, seed=5)
+    X = np.round(X / 2)
+    X_test = np.round(make_logits(n_samples=300, n_classes=4, seed=6)[0] / 2)
+    permutation = np.array([2, 0, 3, 1])
+    inverse = np.argsort(permutation)
+    plain = estimator().fit(X, y)
+    permuted = estimator().fit(X[:, permutation], inverse[y])
+    np.testing.assert_array_equal(
+        permuted.predict_set(X_test[:, permutation])[:, inverse],
+        plain.predict_set(X_test),
+    )
