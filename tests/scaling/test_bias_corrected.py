@@ -369,3 +369,23 @@ def test_scale_and_biases_separate_matches_a_linear_program():
         )
         expected = lp.status == 0 and -lp.fun > 1e-7
         assert scale_and_biases_separate(z, y, np.ones(n)) == expected, (z, y)
+
+
+def test_far_mislabelled_row_matches_its_fit_at_1e20():
+    # A row (1e100, 0, 0, 0, 0) labelled 1: temperature scaling's start
+    # stopped at max_iter (T = 2.7e43) and BCTS stalled at an objective of
+    # 4.6e49 (1.606 at 1e20) with a flat prior; both now clamp T as at 1e20.
+    X, y = make_logits(n_samples=800, n_classes=5, seed=3)
+    ya = np.append(y, 1)
+    fits = []
+    for far in (1e20, 1e100):
+        Xa = np.vstack([X, [[far, 0.0, 0.0, 0.0, 0.0]]])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fits.append(BiasCorrectedTemperatureScaling(device="cpu").fit(Xa, ya))
+        assert not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    np.testing.assert_allclose(fits[1].objective_, fits[0].objective_, rtol=1e-9)
+    np.testing.assert_allclose(fits[1].intercept_, fits[0].intercept_, atol=1e-7)
+    np.testing.assert_allclose(
+        fits[1].predict_proba(X), fits[0].predict_proba(X), atol=1e-7
+    )

@@ -532,7 +532,6 @@ def test_one_far_row_with_its_own_label_changes_nothing(dtype, far):
     np.testing.assert_allclose(temperatures[1], temperatures[0], rtol=1e-6)
 
 
-
 def test_one_far_mislabelled_row_reaches_the_upper_temperature():
     # A row (1e100, 0, 0, 0) labelled 1 sets L'(beta) = 1e100 / n until beta
     # ~1e-100: the loss falls as T -> infinity, to log K. Newton's steps in
@@ -550,3 +549,24 @@ def test_one_far_mislabelled_row_reaches_the_upper_temperature():
     z = X / fit.temperature_
     loss = np.mean(logsumexp(z, axis=1) - z[np.arange(200), y])
     assert loss < np.log(4) + 1e-4
+
+
+@pytest.mark.parametrize("far", [1e50, 1e100])
+def test_far_mislabelled_row_clamps_at_the_bound_not_max_iter(far):
+    # One row (far, 0, 0, 0, 0) labelled 1: the NLL keeps decreasing as
+    # T -> infinity (nearly linear in beta), so log-Newton shrank beta by a
+    # factor e a step and stopped at max_iter (T = 2.7e43 at far = 1e100,
+    # a ConvergenceWarning) far short of T's upper bound (about 1e4 times
+    # the row's gap over the mean gap). Now that bound with its warning, as
+    # at far = 1e20.
+    X, y = make_logits(n_samples=800, n_classes=5, seed=3)
+    Xa = np.vstack([X, [[far, 0.0, 0.0, 0.0, 0.0]]])
+    ya = np.append(y, 1)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ts = TemperatureScaling(device="cpu").fit(Xa, ya)
+    messages = [str(w.message) for w in caught]
+    assert not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+    assert any("T -> infinity" in m for m in messages), messages
+    assert ts.temperature_ > far
+    np.testing.assert_allclose(ts.predict_proba(X), 0.2, atol=1e-12)
