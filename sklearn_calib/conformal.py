@@ -41,7 +41,7 @@ from .utils._fitted_state import (
     get_state,
     is_fitted_state,
 )
-from .utils._math import row_blocks
+from .utils._math import order_free_row_sums, row_blocks
 from .utils._validation import (
     UNIT_WEIGHT_CAP,
     check_logit_labels,
@@ -83,11 +83,8 @@ def _masked_softmax(logits):
             "so it has no probability distribution."
         )
     proba = np.exp(logits - top)
-    # Summed over each row's sorted entries: rows holding the same logits in
-    # another column order (the classes permuted) get the same probabilities,
-    # where column-order sums may differ by an ulp and move a score tied with
-    # the quantile (or a threshold) across it.
-    proba /= np.sort(proba, axis=1).sum(axis=1, keepdims=True)
+    # The same logits in any column order: the same quantile and thresholds.
+    proba /= order_free_row_sums(proba)
     return proba, (masked if masked.any() else None)
 
 

@@ -30,7 +30,7 @@ mid-points (histogram): no data, no correction.
 
 import numpy as np
 
-from ..utils._math import _row_max, softmax, top_label_correctness
+from ..utils._math import order_free_softmax, softmax, top_label_correctness
 
 PROBA_FLOOR = 1e-12
 
@@ -82,10 +82,7 @@ def canonical_probabilities(logits):
     column-order sums may differ by an ulp), to the rounding of the sums of
     :func:`probabilities`.
     """
-    z = np.asarray(logits, dtype=np.float64)
-    with np.errstate(over="ignore"):
-        exp = np.exp(np.subtract(z, _row_max(z)))
-    return exp / np.sort(exp, axis=1).sum(axis=1, keepdims=True)
+    return order_free_softmax(np.asarray(logits, dtype=np.float64))
 
 
 def canonical_bin_index(scores, edges, logits, columns):

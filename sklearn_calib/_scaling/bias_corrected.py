@@ -36,7 +36,7 @@ from sklearn.exceptions import ConvergenceWarning
 from ..base import BaseCalibrator
 from ..utils._compat import Interval, check_is_fitted
 from ..utils._fitted_state import check_state_array, check_state_float, check_state_int
-from ..utils._math import armijo_step, row_blocks
+from ..utils._math import armijo_step, row_blocks, scale_logits
 from ..utils._validation import (
     check_true_class_unmasked,
     keep_masked,
@@ -617,17 +617,12 @@ class BiasCorrectedTemperatureScaling(BaseCalibrator):
     def _calibrated_logits(self, logits):
         dtype = logits.dtype
         mask = mask_of(logits)
-        # Each row is shifted by its maximum first (as scale_logits does): the
-        # shift changes no softmax of z / T + b and is exact, while z / T
-        # rounds to the precision of |z| (logits offset by 1e4 moved float32
-        # log-probabilities by 4e-4). A row whose shift overflows (finite
-        # logits spread beyond float64's range) is not shifted.
+        # Shifted by the row maximum first (scale_logits): the shift changes
+        # no softmax of z / T + b and is exact, while z / T rounds to the
+        # precision of |z| (logits offset by 1e4 moved float32
+        # log-probabilities by 4e-4). Masked entries stay -inf.
         work = logits.astype(np.float64)
-        with np.errstate(over="ignore"):
-            shifted = work - work.max(axis=1, keepdims=True)
-        overflow = np.isneginf(shifted) & np.isfinite(work)
-        work = np.where(overflow.any(axis=1, keepdims=True), work, shifted)
-        out = zero_masked(work, mask) / self.temperature_ + self.intercept_
+        out = scale_logits(work, 1.0 / self.temperature_) + self.intercept_
         return keep_masked(out, mask).astype(dtype, copy=False)
 
     def to_torch(self):

@@ -34,6 +34,24 @@ def softmax(logits, *, out=None):
     return out
 
 
+def order_free_row_sums(values):
+    """Each row's sum over its sorted entries, as a column.
+
+    Sums in column order differ by an ulp between rows holding the same
+    values in another order (or the classes permuted): enough to move a
+    score tied with an edge, a quantile or a threshold across it.
+    """
+    return np.sort(values, axis=1).sum(axis=1, keepdims=True)
+
+
+def order_free_softmax(logits):
+    """:func:`softmax` with :func:`order_free_row_sums`: the same
+    probabilities for the same logits in any column order."""
+    with np.errstate(over="ignore"):
+        exp = np.exp(np.subtract(logits, _row_max(logits)))
+    return exp / order_free_row_sums(exp)
+
+
 def log_softmax(logits, *, out=None):
     """Row-wise log-softmax of a 2-D array, shifted by the row maximum."""
     with np.errstate(over="ignore"):  # -inf: the limit, as in softmax
