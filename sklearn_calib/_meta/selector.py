@@ -4,6 +4,7 @@ import sys
 import threading
 import time
 import warnings
+from contextlib import contextmanager
 from numbers import Integral, Real
 
 import numpy as np
@@ -237,30 +238,119 @@ def _recorded(func, *args, **kwargs):
     """``(func(*args, **kwargs), the warnings it raised)``, for the parent.
 
     A fold fit's warnings are raised again by the selector, in task order
-    (:func:`_raise_again`): in joblib's worker processes (``n_jobs``) they
-    would otherwise go to the workers' stderr, out of reach of the caller's
-    warning filters, where with ``n_jobs=1`` the same fits' warnings reach
-    the caller. Each is kept as (text, category, file, line): a warning
-    object need not pickle back from a worker.
+    (:func:`_raise_again`): in joblib's worker processes they would
+    otherwise go to the workers' stderr, out of reach of the caller's
+    warning filters, and in its worker threads they would reach the caller
+    in whatever order the threads ran, as errors inside a fold where the
+    caller turns warnings into errors, and for candidates that are not
+    chosen; with ``n_jobs=1`` the same fits' warnings are recorded and
+    raised again too. Each is kept as (text, category, file, line): a
+    warning object need not pickle back from a worker.
     """
-    if not _in_main_thread():
+    if _in_main_thread():
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            result = func(*args, **kwargs)
+        return result, [
+            _as_record(w.message, w.category, w.filename, w.lineno) for w in caught
+        ]
+    log = _THREAD_WARNINGS.start()
+    if log is None:
+        # A thread this selector did not start (it runs inside another
+        # threaded backend, dask's say): nothing process-wide may change.
         return func(*args, **kwargs), []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+    try:
         result = func(*args, **kwargs)
-    return result, [(str(w.message), w.category, w.filename, w.lineno) for w in caught]
+    finally:
+        _THREAD_WARNINGS.stop()
+    return result, log
+
+
+def _as_record(message, category, filename, lineno):
+    return (str(message), category, filename, lineno)
 
 
 def _in_main_thread():
     """Whether warnings can be recorded here without losing the caller's.
 
-    ``warnings.catch_warnings`` swaps process-wide state: in a thread of
-    joblib's threading backend it would restore, on exit, what another
-    thread's (or the caller's ``pytest.warns``) had set up meanwhile. There
-    the warnings are left alone: in the caller's process they go straight to
-    its filters; in a threaded worker elsewhere (dask) they stay in its log.
+    ``warnings.catch_warnings`` swaps process-wide state: in a worker thread
+    it would restore, on exit, what another thread's (or the caller's
+    ``pytest.warns``) had set up meanwhile. Worker threads record through
+    :data:`_THREAD_WARNINGS`, which the selector's main thread sets up.
     """
     return threading.current_thread() is threading.main_thread()
+
+
+class _ThreadWarnings:
+    """Warnings of joblib's worker threads, each kept for the task that raised it.
+
+    The selector's main thread swaps the process-wide warning state once,
+    around its parallel calls (:meth:`routing`): every warning is then
+    shown to :meth:`_show`, which keeps it in the log of the worker thread's
+    running task (:func:`_recorded`), or, raised outside a task (joblib's
+    own, in the main thread), for :meth:`routing` to raise again after.
+    """
+
+    def __init__(self):
+        self._local = threading.local()
+        self._routing = False
+
+    def start(self):
+        """A new log for this thread's task, or None where nothing routes.
+
+        Logs nest: a task may fit a selector of its own (the base of
+        MarginTemperatureScaling), whose tasks run in the same thread.
+        """
+        if not self._routing:
+            return None
+        stack = getattr(self._local, "logs", None)
+        if stack is None:
+            stack = self._local.logs = []
+        stack.append([])
+        return stack[-1]
+
+    def stop(self):
+        self._local.logs.pop()
+
+    def _show(self, message, category, filename, lineno, file=None, line=None):
+        stack = getattr(self._local, "logs", None)
+        log = stack[-1] if stack else self._stray
+        log.append(_as_record(message, category, filename, lineno))
+
+    @contextmanager
+    def routing(self):
+        """Route the warnings of the block's worker threads (main thread only)."""
+        if not _in_main_thread() or self._routing:
+            yield
+            return
+        self._stray = []
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("always")
+                warnings.showwarning = self._show
+                self._routing = True
+                try:
+                    yield
+                finally:
+                    self._routing = False
+        finally:
+            stray, self._stray = self._stray, []
+            _raise_again(stray)
+
+
+_THREAD_WARNINGS = _ThreadWarnings()
+
+
+def _parallel(n_jobs, tasks):
+    """joblib's ``Parallel`` over ``tasks``, in threads unless configured otherwise.
+
+    The fits release the GIL in their torch and numpy passes, so two
+    threads use two cores without starting worker processes (which import
+    torch again: a first call with ``n_jobs=2`` took longer than with
+    ``n_jobs=1``). A :func:`joblib.parallel_config` backend still applies.
+    """
+    with _THREAD_WARNINGS.routing():
+        return Parallel(n_jobs=n_jobs, prefer="threads")(tasks)
 
 
 def _raise_again(caught):
@@ -320,16 +410,19 @@ def _shared_temperatures(estimators, logits, y, sample_weight, splits, n_jobs):
     keys, steps = zip(*(_temperature_key(e) for e in estimators), strict=True)
     shared_keys = sorted({k for k in keys if k is not None and keys.count(k) > 1})
     tasks = [(key, s) for key in shared_keys for s in range(len(splits))]
-    recorded = Parallel(n_jobs=n_jobs)(
-        delayed(_recorded)(
-            _fit_temperature,
-            steps[keys.index(key)],
-            logits,
-            y,
-            sample_weight,
-            splits[s][0],
-        )
-        for key, s in tasks
+    recorded = _parallel(
+        n_jobs,
+        (
+            delayed(_recorded)(
+                _fit_temperature,
+                steps[keys.index(key)],
+                logits,
+                y,
+                sample_weight,
+                splits[s][0],
+            )
+            for key, s in tasks
+        ),
     )
     for _, caught in recorded:
         _raise_again(caught)
@@ -472,14 +565,18 @@ class CalibratorSelector(BaseCalibrator):
     n_jobs : int, default=None
         Number of jobs fitting and scoring the candidates on the splits in
         parallel (joblib; ``None`` means 1 unless in a
-        :func:`joblib.parallel_config` context, ``-1`` all processors). Each
-        worker runs torch on ``cpu_count() // n_jobs`` threads, as joblib
-        limits BLAS threads. The warnings of the fits on the splits are
-        raised again in the caller's process, in task order, as with
-        ``n_jobs=1``. Fits that a backend runs in threads are not recorded:
-        in the caller's process (joblib's threading backend) their warnings
-        reach the caller directly, in a threaded worker elsewhere (dask's)
-        they stay in its log.
+        :func:`joblib.parallel_config` context, ``-1`` all processors). The
+        jobs run in threads (the fits release the GIL in their torch and
+        numpy passes; worker processes would import torch again on every
+        first call), each running torch on one thread; a
+        :func:`joblib.parallel_config` backend still applies, and each of
+        its worker processes runs torch on ``cpu_count() // n_jobs``
+        threads, as joblib limits BLAS threads. The warnings of the fits on
+        the splits are raised again in the caller's thread, in task order,
+        as with ``n_jobs=1``. Where the selector itself runs in a thread
+        (inside another parallel call) its fits' warnings are not recorded:
+        they reach the warning filters directly, or, in a threaded worker
+        elsewhere (dask's), stay in its log.
     error_score : "raise" or float, default=np.nan
         The score of a candidate whose fit or scoring fails on a split (a
         binary-only calibrator on many classes, say); a
@@ -734,11 +831,14 @@ class CalibratorSelector(BaseCalibrator):
         failed = np.zeros(n_candidates, dtype=bool)
         # Candidates whose fold fits can start from their fit on every row get
         # that fit first; it is also their refit if chosen.
-        full = Parallel(n_jobs=self.n_jobs)(
-            delayed(_fit_full)(
-                estimator, logits, y, sample_weight if weighted else None
-            )
-            for estimator in estimators
+        full = _parallel(
+            self.n_jobs,
+            (
+                delayed(_fit_full)(
+                    estimator, logits, y, sample_weight if weighted else None
+                )
+                for estimator in estimators
+            ),
         )
         warm = [
             None
@@ -776,22 +876,25 @@ class CalibratorSelector(BaseCalibrator):
         # Each (candidate, split) fit is independent: joblib runs them in
         # parallel with n_jobs, in order otherwise. A failure comes back as a
         # message and is warned about here, in task order, not in a worker.
-        results = Parallel(n_jobs=self.n_jobs)(
-            delayed(_recorded)(
-                _fit_and_score,
-                estimator,
-                scorer,
-                logits,
-                y,
-                sample_weight if weighted else None,
-                train,
-                test,
-                keep_oof,
-                self.error_score,
-                log_loss_scorer=log_loss_scorer,
-                **given_and_shared(c, s),
-            )
-            for c, s, _, estimator, train, test in tasks
+        results = _parallel(
+            self.n_jobs,
+            (
+                delayed(_recorded)(
+                    _fit_and_score,
+                    estimator,
+                    scorer,
+                    logits,
+                    y,
+                    sample_weight if weighted else None,
+                    train,
+                    test,
+                    keep_oof,
+                    self.error_score,
+                    log_loss_scorer=log_loss_scorer,
+                    **given_and_shared(c, s),
+                )
+                for c, s, _, estimator, train, test in tasks
+            ),
         )
         for (c, s, name, _, _, test), (result, caught) in zip(
             tasks, results, strict=True

@@ -10,7 +10,7 @@ from numbers import Integral
 
 import numpy as np
 from sklearn.utils import assert_all_finite, column_or_1d
-from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.multiclass import check_classification_targets, type_of_target
 
 from ._compat import _num_samples, validate_data
 from ._fitted_state import excerpt
@@ -337,6 +337,16 @@ def check_label_types(y, *, name="y"):
     return y
 
 
+# The label types scikit-learn's check_classification_targets accepts.
+_CLASSIFICATION_TARGETS = (
+    "binary",
+    "multiclass",
+    "multiclass-multioutput",
+    "multilabel-indicator",
+    "multilabel-sequences",
+)
+
+
 def check_logit_labels(y):
     """Classification labels, without scikit-learn's "regression" hint.
 
@@ -346,13 +356,16 @@ def check_logit_labels(y):
     cannot apply and is not shown; continuous labels are still refused.
     """
     check_label_types(y)
-    with warnings.catch_warnings():
-        warnings.filterwarnings(
-            "ignore",
-            message="The number of unique classes is greater than 50%",
-            category=UserWarning,
+    # scikit-learn's check_classification_targets without its warning: a
+    # warning filter set here would swap process-wide state, which fits in
+    # worker threads (the selector's folds) would race on.
+    y_type = type_of_target(y, input_name="y")
+    if y_type not in _CLASSIFICATION_TARGETS:
+        raise ValueError(
+            f"Unknown label type: {y_type}. Maybe you are trying to fit a "
+            "classifier, which expects discrete classes on a "
+            "regression target with continuous values."
         )
-        check_classification_targets(y)
 
 
 def check_classification_labels(estimator, y):

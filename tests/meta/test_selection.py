@@ -9,6 +9,7 @@ on all the data.
 
 import pickle
 import warnings
+from contextlib import nullcontext
 
 import numpy as np
 import pytest
@@ -528,36 +529,85 @@ def test_parallel_folds_give_the_sequential_choice(backend):
     )
 
 
-@pytest.mark.filterwarnings("ignore:A worker stopped while some jobs:UserWarning")
-def test_fold_fit_warnings_reach_the_caller_from_worker_processes():
-    # A fold fit's warning (here: vector scaling on a training part where a
-    # class's own logit separates it, so its scale has no finite optimum)
-    # reaches the caller's filters with n_jobs=2 as with n_jobs=1, from the
-    # same place in the library's code (filters by module see it alike); it
-    # went to the loky workers' stderr before.
-    from joblib import parallel_config
-
+def _separating_logits():
+    # vector scaling on a training part where a class's own logit separates
+    # it: its scale has no finite optimum, and each fold fit warns so
     X, y = make_logits(n_samples=240, n_classes=3, seed=5)
     X[y == 2, 2] += 40.0
+    return X, y
+
+
+@pytest.mark.filterwarnings("ignore:A worker stopped while some jobs:UserWarning")
+@pytest.mark.parametrize("backend", [None, "threading", "loky"])
+def test_fold_fit_warnings_reach_the_caller_from_workers(backend):
+    # A fold fit's warning reaches the caller's filters with n_jobs=2 as with
+    # n_jobs=1, from the same place in the library's code (filters by module
+    # see it alike), in task order: from loky's worker processes it went to
+    # their stderr, and from worker threads (the default, None) it reached
+    # the caller in whatever order the threads ran.
+    from joblib import parallel_config
+
+    X, y = _separating_logits()
     candidates = [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
 
     def fold_warnings(n_jobs):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             CalibratorSelector(candidates, cv=3, n_jobs=n_jobs).fit(X, y)
-        return sorted(
+        return [
             (str(w.message), w.category.__name__, w.filename, w.lineno)
             for w in caught
             if "no finite scale" in str(w.message)
-        )
+        ]
 
     sequential = fold_warnings(1)
-    with parallel_config(backend="loky"):
+    with nullcontext() if backend is None else parallel_config(backend=backend):
         parallel = fold_warnings(2)
     # three folds, and the refit if vector scaling is chosen
     assert len(sequential) >= 3
     assert all("sklearn_calib" in filename for _, _, filename, _ in sequential)
     assert parallel == sequential
+
+
+def test_parallel_folds_run_in_threads_and_restore_the_warning_state():
+    # n_jobs runs the fold fits in threads of the caller's process (no
+    # worker process to start), and the warning filters and display hook
+    # the selector swaps around them are the caller's again afterwards.
+    import os
+    import threading
+
+    X, y = _separating_logits()
+    seen = []
+
+    class Recording(TemperatureScaling):
+        def fit(self, X, y, sample_weight=None):
+            seen.append((os.getpid(), threading.current_thread().name))
+            return super().fit(X, y, sample_weight=sample_weight)
+
+    candidates = [Recording(device="cpu"), VectorScaling(device="cpu")]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        filters, show = list(warnings.filters), warnings.showwarning
+        with pytest.warns(UserWarning, match="no finite scale"):
+            CalibratorSelector(candidates, cv=3, n_jobs=2).fit(X, y)
+        assert warnings.filters == filters
+        assert warnings.showwarning is show
+    assert {pid for pid, _ in seen} == {os.getpid()}
+    main = threading.main_thread().name
+    assert any(name != main for _, name in seen)
+
+
+@pytest.mark.parametrize("n_jobs", [1, 2])
+def test_fold_fit_warning_turned_error_fails_the_fit_as_with_one_job(n_jobs):
+    # Where the caller turns a fold fit's warning into an error, the
+    # selector's fit raises it with n_jobs=2 as with n_jobs=1 (in a worker
+    # thread it would otherwise fail that fold, which then scored NaN).
+    X, y = _separating_logits()
+    candidates = [TemperatureScaling(device="cpu"), VectorScaling(device="cpu")]
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*no finite scale")
+        with pytest.raises(UserWarning, match="no finite scale"):
+            CalibratorSelector(candidates, cv=3, n_jobs=n_jobs).fit(X, y)
 
 
 @pytest.mark.parametrize("weighted", [False, True])
