@@ -105,6 +105,29 @@ def test_binomial_pvalue_is_the_binomial_cdf():
     assert binomial_tail_pvalue(5, 5, 0.05) == 1.0
 
 
+def test_binomial_pvalue_of_a_large_sample():
+    # scipy.special.bdtr drifted from ten million samples: P(Bin(1e9, 0.5)
+    # <= 5e8) came out 0.84 (0.50001); at 1e10 samples a tail of 0.00135
+    # came out 1.0 (p = 0.05) or NaN (p = 0.5), so nothing a large sample
+    # supports was certified. The reference: the normal approximation with
+    # continuity correction, within 2e-4 of the exact tail here.
+    cases = [
+        (5 * 10**8, 10**9, 0.5),
+        (4_999_850_000, 10**10, 0.5),
+        (499_934_616, 10**10, 0.05),
+    ]
+    for k, n, alpha in cases:
+        sd = math.sqrt(n * alpha * (1 - alpha))
+        normal = stats.norm.cdf((k + 0.5 - n * alpha) / sd)
+        assert binomial_tail_pvalue(k, n, alpha) == pytest.approx(normal, rel=1e-3)
+        bentkus = math.e * normal
+        assert hoeffding_bentkus_pvalue(k, n, alpha) <= bentkus * (1 + 1e-4)
+    # P(Bin(n, a) <= 0) = (1 - a)^n, by hand
+    assert binomial_tail_pvalue(0, 10**10, 1e-9) == pytest.approx(
+        math.exp(10**10 * math.log1p(-1e-9)), rel=1e-9
+    )
+
+
 def test_hoeffding_bentkus_pvalue_by_hand():
     k, n, a = 3, 100, 0.1
     r = k / n
