@@ -188,6 +188,14 @@ def test_hoeffding_bentkus_upper_bound_inverts_its_pvalue():
         (lambda: binomial_tail_pvalue(1, 3, 1.5), "alpha"),
         (lambda: hoeffding_bentkus_pvalue(1, 3, 0.0), "alpha"),
         (lambda: hoeffding_bentkus_pvalue([1, 4], 3, 0.1), r"\[0, n\]"),
+        # 2.5 losses among 10.5 samples: the p-value read 2 among 10, the
+        # upper bound 2.5 among 10.5; beyond 2**53 the tail was NaN
+        (lambda: binomial_tail_pvalue(2.5, 10, 0.1), "k must be whole"),
+        (lambda: binomial_tail_pvalue(2, 10.5, 0.1), "n must be whole"),
+        (lambda: risk_upper_bound(2.5, 10, 0.9), "k must be whole"),
+        (lambda: risk_upper_bound(2, 10.5, 0.9), "n must be whole"),
+        (lambda: hoeffding_bentkus_pvalue(2, 10.5, 0.1), "n must be whole"),
+        (lambda: binomial_tail_pvalue(5e18, 1e20, 0.05), r"2\*\*53"),
     ],
 )
 def test_bounds_refuse_arguments_out_of_range(call, message):
@@ -195,8 +203,11 @@ def test_bounds_refuse_arguments_out_of_range(call, message):
     # bound of 1 and k < 0 or alpha > 1 NaN
     with pytest.raises(ValueError, match=message):
         call()
-    # the edges stay valid: nothing observed, every sample a loss
+    # the edges stay valid: nothing observed, every sample a loss, a sum of
+    # losses in [0, 1] for Hoeffding-Bentkus
     assert risk_upper_bound(0, 0, 0.9) == 1.0
+    assert 0 < hoeffding_bentkus_pvalue(2.5, 100, 0.1) < 1
+    assert 0 < risk_upper_bound(2.5, 100, 0.9, "hoeffding_bentkus") < 1
     assert risk_upper_bound(3, 3, 0.9) == 1.0
 
 
