@@ -871,6 +871,29 @@ def test_binary_metric_is_controlled(c10, metric, target, error_control):
     np.testing.assert_array_equal(clf.valid_thresholds_, grid[rejected[0]])
 
 
+@pytest.mark.parametrize("bound", ["binomial", "hoeffding_bentkus"])
+def test_a_target_below_float_resolution_is_met_by_any_loss_count_short_of_n(bound):
+    # 1 - 1e-300 rounds to 1: fit raised "alpha (the target risk) must lie in
+    # (0, 1)", a parameter the user never set. The answers are the limits as
+    # the target tends to 0, the same as at 1e-15.
+    rng = np.random.default_rng(0)
+    s = 3 * rng.normal(size=300)
+    y = (rng.random(300) < 1 / (1 + np.exp(-s))).astype(int)
+    X = np.c_[np.zeros(300), s]
+    for target in (1e-300, 1e-15):
+        clf = CertifiedThresholdClassifier(
+            metric="precision", target=target, bound=bound
+        ).fit(X, y)
+        # the lowest threshold of the grid: some true positive, best recall
+        assert clf.certified_ and clf.threshold_ == 0.0
+        sel = SelectiveClassifier(control="coverage", coverage=target, bound=bound).fit(
+            X, y
+        )
+        # accept the most confident sample only
+        assert sel.threshold_ == sel.decision_score(X).max()
+        assert sel.coverage_ == 1 / 300
+
+
 def test_binary_failure_and_fallbacks():
     X, y = make_logits(n_samples=40, n_classes=2, seed=0)
     with pytest.warns(UserWarning, match="No threshold certifies recall"):

@@ -146,8 +146,18 @@ def _check_bound(bound):
 
 
 def risk_pvalue(k, n, alpha, bound):
-    """The p-value of ``bound`` (one of ``BOUNDS``)."""
+    """The p-value of ``bound`` (one of ``BOUNDS``).
+
+    ``alpha`` may be 1 here: the estimators test ``1 - target``, which rounds
+    to 1 for a target (coverage, precision, ...) below 2**-54. Both p-values
+    tend to 0 there unless every sample is a loss, and a target that small is
+    met by anything short of that; the public p-values refused the rounded
+    alpha with a message about a parameter the user never set.
+    """
     _check_bound(bound)
+    if np.all(np.asarray(alpha) == 1.0):
+        k, n = check_loss_counts(k, n)
+        return np.where(k >= n, 1.0, 0.0)
     if bound == "binomial":
         return binomial_tail_pvalue(k, n, alpha)
     return hoeffding_bentkus_pvalue(k, n, alpha)
