@@ -905,6 +905,10 @@ def test_binary_failure_and_fallbacks():
     X3, y3 = make_logits(n_samples=100, n_classes=3, seed=0)
     with pytest.raises(ValueError, match="Only binary classification"):
         CertifiedThresholdClassifier().fit(X3, y3)
+    # numpy's "could not convert string to float" named no parameter
+    for grid in (["a", "b"], [0.5, np.nan], [[0.5]], [], [0.5, None]):
+        with pytest.raises(ValueError, match="thresholds must be a non-empty 1-D"):
+            CertifiedThresholdClassifier(thresholds=grid).fit(X, y)
 
 
 def test_binary_reports_bounds():

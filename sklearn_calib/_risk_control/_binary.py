@@ -264,7 +264,12 @@ default="bonferroni_holm"
     def _grid(self):
         if self.thresholds is None:
             return np.linspace(0, 0.99, 100)
-        grid = np.asarray(self.thresholds, dtype=np.float64)
+        try:
+            grid = np.asarray(self.thresholds, dtype=np.float64)
+        except (TypeError, ValueError):
+            # numpy's own message ("could not convert string to float")
+            # named neither the parameter nor what it expects
+            grid = np.full((1, 1), np.nan)
         if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)):
             raise ValueError(
                 "thresholds must be a non-empty 1-D array of finite numbers."
