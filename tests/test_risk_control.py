@@ -938,6 +938,15 @@ def test_binary_fit_does_not_hold_a_prediction_per_threshold_and_sample():
     assert peak < 40e6
 
 
+def test_calibrator_fraction_that_leaves_a_part_empty_is_named():
+    # train_test_split refused it naming its own train_size
+    X, y = make_logits(n_samples=50, n_classes=2, seed=0)
+    for estimator in (SelectiveClassifier, CertifiedThresholdClassifier):
+        clf = estimator(TemperatureScaling(device="cpu"), calibrator_fraction=0.01)
+        with pytest.raises(ValueError, match="calibrator_fraction=0.01 of 50"):
+            clf.fit(X, y)
+
+
 def test_binary_failure_and_fallbacks():
     X, y = make_logits(n_samples=40, n_classes=2, seed=0)
     with pytest.warns(UserWarning, match="No threshold certifies recall"):
