@@ -86,6 +86,13 @@ def _em_priors(blocks, source_priors, *, max_iter, tol):
         mass = 0.0
         log_likelihood = 0.0
         for proba, row_weight in blocks():
+            if not row_weight.all():
+                # A row of weight 0 counts for nothing, but its norm below is
+                # 0 once every class it can be has prior 0 (a masked row of a
+                # class absent from the rest of the target), and 0 * NaN made
+                # every prior NaN for max_iter iterations.
+                positive = row_weight > 0
+                proba, row_weight = proba[positive], row_weight[positive]
             adapted = proba * weights
             norm = adapted.sum(axis=1, keepdims=True)
             adapted /= norm

@@ -264,6 +264,27 @@ def test_weighted_chunk_of_zero_weights_matches_in_memory():
         adapter.adapt([(X_t[:300], weights[:300])])
 
 
+def test_zero_weight_row_of_a_class_absent_from_the_target():
+    # The target never shows class 2 (masked), except one row of weight 0
+    # that can only be class 2. EM gave that class prior 0 after one step,
+    # the row's norm 0 / 0 then made every prior NaN for max_iter iterations
+    # (numpy RuntimeWarnings, a ConvergenceWarning, NaN priors_, and
+    # predict_proba refusing "overflowed" logits).
+    X_s, y_s, X_t, _ = _source_target(23, n=600)
+    X_t[:, 2] = -np.inf
+    masked_row = np.array([[-np.inf, -np.inf, 0.0]])
+    adapter = LabelShiftAdapter(TemperatureScaling(device="cpu"), max_iter=200)
+    adapter.fit(X_s, y_s)
+    expected = adapter.adapt(X_t).priors_.copy()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        adapter.adapt(np.r_[X_t, masked_row], sample_weight=np.r_[np.ones(600), 0])
+    assert adapter.convergence_["converged"]
+    np.testing.assert_allclose(adapter.priors_, expected, rtol=0, atol=1e-15)
+    assert adapter.priors_[2] == 0.0
+    np.testing.assert_array_equal(adapter.predict_proba(masked_row), [[0, 0, 1]])
+
+
 def test_open_chunks_target(tmp_path):
     from sklearn_calib.chunked import open_chunks
 

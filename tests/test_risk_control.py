@@ -22,7 +22,11 @@ from sklearn.model_selection import GridSearchCV, cross_validate
 from sklearn.pipeline import make_pipeline
 
 from sklearn_calib import TemperatureScaling
-from sklearn_calib._risk_control._binary import certify_thresholds
+from sklearn_calib._risk_control._binary import (
+    certify_thresholds,
+    rank_positive,
+    threshold_losses,
+)
 from sklearn_calib._risk_control._bounds import (
     bonferroni,
     bonferroni_holm,
@@ -105,6 +109,29 @@ def test_binomial_pvalue_is_the_binomial_cdf():
     assert binomial_tail_pvalue(5, 5, 0.05) == 1.0
 
 
+def test_binomial_pvalue_of_a_large_sample():
+    # scipy.special.bdtr drifted from ten million samples: P(Bin(1e9, 0.5)
+    # <= 5e8) came out 0.84 (0.50001); at 1e10 samples a tail of 0.00135
+    # came out 1.0 (p = 0.05) or NaN (p = 0.5), so nothing a large sample
+    # supports was certified. The reference: the normal approximation with
+    # continuity correction, within 2e-4 of the exact tail here.
+    cases = [
+        (5 * 10**8, 10**9, 0.5),
+        (4_999_850_000, 10**10, 0.5),
+        (499_934_616, 10**10, 0.05),
+    ]
+    for k, n, alpha in cases:
+        sd = math.sqrt(n * alpha * (1 - alpha))
+        normal = stats.norm.cdf((k + 0.5 - n * alpha) / sd)
+        assert binomial_tail_pvalue(k, n, alpha) == pytest.approx(normal, rel=1e-3)
+        bentkus = math.e * normal
+        assert hoeffding_bentkus_pvalue(k, n, alpha) <= bentkus * (1 + 1e-4)
+    # P(Bin(n, a) <= 0) = (1 - a)^n, by hand
+    assert binomial_tail_pvalue(0, 10**10, 1e-9) == pytest.approx(
+        math.exp(10**10 * math.log1p(-1e-9)), rel=1e-9
+    )
+
+
 def test_hoeffding_bentkus_pvalue_by_hand():
     k, n, a = 3, 100, 0.1
     r = k / n
@@ -165,6 +192,14 @@ def test_hoeffding_bentkus_upper_bound_inverts_its_pvalue():
         (lambda: binomial_tail_pvalue(1, 3, 1.5), "alpha"),
         (lambda: hoeffding_bentkus_pvalue(1, 3, 0.0), "alpha"),
         (lambda: hoeffding_bentkus_pvalue([1, 4], 3, 0.1), r"\[0, n\]"),
+        # 2.5 losses among 10.5 samples: the p-value read 2 among 10, the
+        # upper bound 2.5 among 10.5; beyond 2**53 the tail was NaN
+        (lambda: binomial_tail_pvalue(2.5, 10, 0.1), "k must be whole"),
+        (lambda: binomial_tail_pvalue(2, 10.5, 0.1), "n must be whole"),
+        (lambda: risk_upper_bound(2.5, 10, 0.9), "k must be whole"),
+        (lambda: risk_upper_bound(2, 10.5, 0.9), "n must be whole"),
+        (lambda: hoeffding_bentkus_pvalue(2, 10.5, 0.1), "n must be whole"),
+        (lambda: binomial_tail_pvalue(5e18, 1e20, 0.05), r"2\*\*53"),
     ],
 )
 def test_bounds_refuse_arguments_out_of_range(call, message):
@@ -172,8 +207,11 @@ def test_bounds_refuse_arguments_out_of_range(call, message):
     # bound of 1 and k < 0 or alpha > 1 NaN
     with pytest.raises(ValueError, match=message):
         call()
-    # the edges stay valid: nothing observed, every sample a loss
+    # the edges stay valid: nothing observed, every sample a loss, a sum of
+    # losses in [0, 1] for Hoeffding-Bentkus
     assert risk_upper_bound(0, 0, 0.9) == 1.0
+    assert 0 < hoeffding_bentkus_pvalue(2.5, 100, 0.1) < 1
+    assert 0 < risk_upper_bound(2.5, 100, 0.9, "hoeffding_bentkus") < 1
     assert risk_upper_bound(3, 3, 0.9) == 1.0
 
 
@@ -837,6 +875,78 @@ def test_binary_metric_is_controlled(c10, metric, target, error_control):
     np.testing.assert_array_equal(clf.valid_thresholds_, grid[rejected[0]])
 
 
+@pytest.mark.parametrize("bound", ["binomial", "hoeffding_bentkus"])
+def test_a_target_below_float_resolution_is_met_by_any_loss_count_short_of_n(bound):
+    # 1 - 1e-300 rounds to 1: fit raised "alpha (the target risk) must lie in
+    # (0, 1)", a parameter the user never set. The answers are the limits as
+    # the target tends to 0, the same as at 1e-15.
+    rng = np.random.default_rng(0)
+    s = 3 * rng.normal(size=300)
+    y = (rng.random(300) < 1 / (1 + np.exp(-s))).astype(int)
+    X = np.c_[np.zeros(300), s]
+    for target in (1e-300, 1e-15):
+        clf = CertifiedThresholdClassifier(
+            metric="precision", target=target, bound=bound
+        ).fit(X, y)
+        # the lowest threshold of the grid: some true positive, best recall
+        assert clf.certified_ and clf.threshold_ == 0.0
+        sel = SelectiveClassifier(control="coverage", coverage=target, bound=bound).fit(
+            X, y
+        )
+        # accept the most confident sample only
+        assert sel.threshold_ == sel.decision_score(X).max()
+        assert sel.coverage_ == 1 / 300
+
+
+def test_threshold_losses_count_the_predictions_of_every_threshold():
+    # the definition, one (n_thresholds, n_samples) matrix of predictions
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        n = int(rng.integers(0, 40))
+        p = np.round(rng.random(n), 1)  # ties
+        y = rng.random(n) < 0.5
+        grid = np.r_[np.round(rng.random(10), 1), p[:3], -np.inf, np.inf, 0.0, 1.0]
+        predicted = p[None, :] >= grid[:, None]
+        expected = {
+            "precision": ((predicted & ~y).sum(1), predicted.sum(1)),
+            "recall": ((~predicted & y).sum(1), np.full(len(grid), y.sum())),
+            "fpr": ((predicted & ~y).sum(1), np.full(len(grid), (~y).sum())),
+        }
+        for metric, (losses, counts) in expected.items():
+            ours = threshold_losses(rank_positive(p, y), grid, metric)
+            np.testing.assert_array_equal(ours[0], losses)
+            np.testing.assert_array_equal(ours[1], counts)
+
+
+def test_binary_fit_does_not_hold_a_prediction_per_threshold_and_sample():
+    # the matrix of predictions at every threshold took 2 GB for ten million
+    # samples on the default grid; 1,000 thresholds and 100,000 samples held
+    # 200 MB
+    import tracemalloc
+
+    rng = np.random.default_rng(0)
+    s = 3 * rng.normal(size=100_000)
+    y = (rng.random(100_000) < 1 / (1 + np.exp(-s))).astype(int)
+    clf = CertifiedThresholdClassifier(thresholds=np.linspace(0, 0.999, 1000))
+    tracemalloc.start()
+    try:
+        clf.fit(s[:, None], y)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert clf.certified_
+    assert peak < 40e6
+
+
+def test_calibrator_fraction_that_leaves_a_part_empty_is_named():
+    # train_test_split refused it naming its own train_size
+    X, y = make_logits(n_samples=50, n_classes=2, seed=0)
+    for estimator in (SelectiveClassifier, CertifiedThresholdClassifier):
+        clf = estimator(TemperatureScaling(device="cpu"), calibrator_fraction=0.01)
+        with pytest.raises(ValueError, match="calibrator_fraction=0.01 of 50"):
+            clf.fit(X, y)
+
+
 def test_binary_failure_and_fallbacks():
     X, y = make_logits(n_samples=40, n_classes=2, seed=0)
     with pytest.warns(UserWarning, match="No threshold certifies recall"):
@@ -848,6 +958,10 @@ def test_binary_failure_and_fallbacks():
     X3, y3 = make_logits(n_samples=100, n_classes=3, seed=0)
     with pytest.raises(ValueError, match="Only binary classification"):
         CertifiedThresholdClassifier().fit(X3, y3)
+    # numpy's "could not convert string to float" named no parameter
+    for grid in (["a", "b"], [0.5, np.nan], [[0.5]], [], [0.5, None]):
+        with pytest.raises(ValueError, match="thresholds must be a non-empty 1-D"):
+            CertifiedThresholdClassifier(thresholds=grid).fit(X, y)
 
 
 def test_binary_reports_bounds():

@@ -189,6 +189,21 @@ def test_coverage_at_risk_is_the_largest_threshold_meeting_it(proba_y):
         expected = curve.coverage[good].max() if good.any() else 0.0
         assert coverage_at_risk(y, proba, risk=target) == expected
     assert coverage_at_risk(y, proba, risk=1.0) == 1.0
+    # an exact rate of 3/10 against 0.1 * 3 (an ulp above 0.3) is accepted
+    three_in_ten = np.r_[np.zeros(7), np.ones(3)].astype(int)
+    scores = np.c_[np.linspace(0.9, 0.6, 10), np.linspace(0.1, 0.4, 10)]
+    assert coverage_at_risk(three_in_ten, scores, risk=0.1 * 3) == 1.0
+    assert coverage_at_risk(three_in_ten, scores, risk=0.3) == 1.0
+
+
+def test_coverage_at_risk_zero_refuses_an_error_of_tiny_weight():
+    # an absolute slack of 8 ulps of 1 let the rate 5e-18 pass as risk 0
+    y_prob = [[0.9, 0.1], [0.8, 0.2], [0.7, 0.3]]
+    weights = [1.0, 1e-17, 1.0]
+    assert coverage_at_risk([0, 1, 0], y_prob, risk=0.0, sample_weight=weights) == (
+        1.0 / (2.0 + 1e-17)
+    )
+    assert coverage_at_risk([0, 1, 0], y_prob, risk=1e-17, sample_weight=weights) == 1.0
 
 
 def test_curve_ends_at_the_error_rate(proba_y):

@@ -54,8 +54,30 @@ _SECONDARY = {
 }
 
 
-def threshold_losses(proba_positive, y_positive, thresholds, metric):
+def rank_positive(proba_positive, y_positive):
+    """Sorted probabilities of the positive class and the positives below each.
+
+    Returns
+    -------
+    ranked : tuple
+        ``(sorted_p, positives_below, n_positive)`` with ``positives_below[j]``
+        the number of positive samples among the ``j`` smallest
+        probabilities, for :func:`threshold_losses`.
+    """
+    # Samples tied at a probability are never split by a threshold (the
+    # first index of a value is found), so their order does not matter.
+    order = np.argsort(proba_positive)
+    positives_below = np.r_[0, np.cumsum(y_positive[order], dtype=np.int64)]
+    return proba_positive[order], positives_below, int(positives_below[-1])
+
+
+def threshold_losses(ranked, thresholds, metric):
     """Errors and counted samples of ``metric`` at every threshold.
+
+    ``ranked`` is :func:`rank_positive`'s: the counts come from the sorted
+    probabilities (``p >= t`` holds from ``searchsorted(sorted_p, t)`` on,
+    the same float comparison), where a matrix of the predictions at every
+    threshold took 2 GB for ten million samples and the default grid.
 
     Returns
     -------
@@ -63,17 +85,18 @@ def threshold_losses(proba_positive, y_positive, thresholds, metric):
         The metric's rate of errors is ``losses / counts`` (the risk: ``1 -``
         the metric for precision, recall and specificity; the FPR itself).
     """
-    predicted = proba_positive[None, :] >= np.asarray(thresholds)[:, None]
+    sorted_p, positives_below, n_positive = ranked
+    thresholds = np.asarray(thresholds, dtype=np.float64)
+    below = np.searchsorted(sorted_p, thresholds, side="left")
+    missed = positives_below[below]  # positives predicted negative
+    n_predicted = len(sorted_p) - below
+    false_positives = n_predicted - (n_positive - missed)
     if metric == "precision":
-        counts = predicted.sum(axis=1)
-        losses = (predicted & ~y_positive).sum(axis=1)
-    elif metric == "recall":
-        counts = np.full(len(thresholds), y_positive.sum())
-        losses = (~predicted & y_positive).sum(axis=1)
-    else:  # specificity, fpr
-        counts = np.full(len(thresholds), (~y_positive).sum())
-        losses = (predicted & ~y_positive).sum(axis=1)
-    return losses, counts
+        return false_positives, n_predicted
+    if metric == "recall":
+        return missed, np.full(len(thresholds), n_positive)
+    # specificity, fpr
+    return false_positives, np.full(len(thresholds), len(sorted_p) - n_positive)
 
 
 def certify_thresholds(
@@ -264,7 +287,12 @@ default="bonferroni_holm"
     def _grid(self):
         if self.thresholds is None:
             return np.linspace(0, 0.99, 100)
-        grid = np.asarray(self.thresholds, dtype=np.float64)
+        try:
+            grid = np.asarray(self.thresholds, dtype=np.float64)
+        except (TypeError, ValueError):
+            # numpy's own message ("could not convert string to float")
+            # named neither the parameter nor what it expects
+            grid = np.full((1, 1), np.nan)
         if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)):
             raise ValueError(
                 "thresholds must be a non-empty 1-D array of finite numbers."
@@ -304,7 +332,8 @@ default="bonferroni_holm"
         positive = proba[:, 1]
         y_positive = y_codes == 1
         self.n_certification_samples_ = len(y_codes)
-        losses, counts = threshold_losses(positive, y_positive, grid, self.metric)
+        ranked = rank_positive(positive, y_positive)
+        losses, counts = threshold_losses(ranked, grid, self.metric)
         rejected, p_values, order, ascending = certify_thresholds(
             losses,
             counts,
@@ -324,7 +353,7 @@ default="bonferroni_holm"
             # calibration samples, the first tested wins (as in MAPIE)
             tested = order if self.error_control == "fixed_sequence" else ascending
             valid = tested[rejected[tested]]
-            self.threshold_ = float(self._best(grid[valid], positive, y_positive))
+            self.threshold_ = float(self._best(grid[valid], ranked))
         else:
             self.threshold_ = -math.inf if self.metric == "recall" else math.inf
             warnings.warn(
@@ -337,9 +366,7 @@ default="bonferroni_holm"
                 UserWarning,
                 stacklevel=2,
             )
-        (loss,), (count,) = threshold_losses(
-            positive, y_positive, [self.threshold_], self.metric
-        )
+        (loss,), (count,) = threshold_losses(ranked, [self.threshold_], self.metric)
         rate = loss / count if count else math.nan
         upper = float(risk_upper_bound(loss, count, self.confidence_level, self.bound))
         if self.metric == "fpr":
@@ -348,16 +375,14 @@ default="bonferroni_holm"
             self.metric_value_, self.metric_bound_ = 1.0 - rate, 1.0 - upper
         return self
 
-    def _best(self, valid, positive, y_positive):
+    def _best(self, valid, ranked):
         """MAPIE's choice among the certified thresholds ``valid``."""
         secondary = _SECONDARY[self.metric]
-        losses, counts = threshold_losses(positive, y_positive, valid, secondary)
+        losses, counts = threshold_losses(ranked, valid, secondary)
         # a rate with nothing to count is the worst value (MAPIE's risk 1)
         second_risk = np.where(counts > 0, losses / np.maximum(counts, 1), 1.0)
         best = np.flatnonzero(second_risk == second_risk.min())
-        losses, counts = threshold_losses(
-            positive, y_positive, valid[best], self.metric
-        )
+        losses, counts = threshold_losses(ranked, valid[best], self.metric)
         first_risk = np.where(counts > 0, losses / np.maximum(counts, 1), 1.0)
         # ties: the least conservative (largest risk) of the certified ones
         return valid[best[np.argmax(first_risk)]]

@@ -61,11 +61,41 @@ def binomial_tail_pvalue(k, n, alpha):
     0.0994
     """
     k, n, alpha = check_loss_counts(k, n, alpha)
-    # bdtr is the binomial CDF of scipy.stats.binom, without its overhead
-    p = special.bdtr(
-        np.floor(k).astype(np.int64), np.maximum(n, 1.0).astype(np.int64), alpha
-    )
+    _check_whole(k=k, n=n)
+    p = _binomial_cdf(k, n, alpha)
     return np.where(n > 0, np.minimum(p, 1.0), 1.0)
+
+
+def _check_whole(**counts):
+    """Refuse counts that are not whole numbers.
+
+    A binomial counts samples: 2.5 losses among 10.5 samples was read as 2
+    among 10 by the p-value and as 2.5 among 10.5 by the upper bound (a
+    continuous beta quantile), so the two disagreed, silently. Beyond 2**53
+    float64 does not hold every whole number (and the tail came out NaN).
+    """
+    for name, values in counts.items():
+        if np.any(values > 2.0**53):
+            raise ValueError(
+                f"{name} must be at most 2**53 (counts exact in float64); got "
+                f"{np.max(values):.4g}."
+            )
+        if np.any(values != np.floor(values)):
+            raise ValueError(
+                f"{name} must be whole numbers (counts of samples); got "
+                f"{float(values[values != np.floor(values)].ravel()[0])!r}."
+            )
+
+
+def _binomial_cdf(k, n, alpha):
+    """``P(Bin(n, alpha) <= k)`` of integer-valued ``k`` (``n = 0`` read as 1).
+
+    scipy.stats.binom (Boost's incomplete beta), not scipy.special.bdtr
+    (Cephes): from about ten million samples bdtr drifts, then fails, P(Bin(1e10,
+    0.05) <= 499,934,616) = 0.00135 came out as 1.0 and P(Bin(1e9, 0.5) <=
+    5e8) = 0.50001 as 0.84, so thresholds a large sample certifies were not.
+    """
+    return stats.binom.cdf(k, np.maximum(n, 1.0), alpha)
 
 
 def hoeffding_bentkus_pvalue(k, n, alpha):
@@ -95,7 +125,9 @@ def hoeffding_bentkus_pvalue(k, n, alpha):
     >>> round(float(hoeffding_bentkus_pvalue(0, 45, 0.05)), 4)  # Hoeffding term
     0.0994
     """
-    return _hoeffding_bentkus(*check_loss_counts(k, n, alpha))
+    k, n, alpha = check_loss_counts(k, n, alpha)
+    _check_whole(n=n)
+    return _hoeffding_bentkus(k, n, alpha)
 
 
 def _hoeffding_bentkus(k, n, alpha):
@@ -103,9 +135,7 @@ def _hoeffding_bentkus(k, n, alpha):
     safe_n = np.maximum(n, 1.0)
     r_hat = np.minimum(k / safe_n, alpha)
     hoeffding = np.exp(-safe_n * _kl_bernoulli(r_hat, alpha))
-    bentkus = math.e * special.bdtr(
-        np.ceil(k).astype(np.int64), safe_n.astype(np.int64), alpha
-    )
+    bentkus = math.e * _binomial_cdf(np.ceil(k), safe_n, alpha)
     p = np.minimum(np.minimum(hoeffding, bentkus), 1.0)
     return np.where(n > 0, p, 1.0)
 
@@ -116,8 +146,18 @@ def _check_bound(bound):
 
 
 def risk_pvalue(k, n, alpha, bound):
-    """The p-value of ``bound`` (one of ``BOUNDS``)."""
+    """The p-value of ``bound`` (one of ``BOUNDS``).
+
+    ``alpha`` may be 1 here: the estimators test ``1 - target``, which rounds
+    to 1 for a target (coverage, precision, ...) below 2**-54. Both p-values
+    tend to 0 there unless every sample is a loss, and a target that small is
+    met by anything short of that; the public p-values refused the rounded
+    alpha with a message about a parameter the user never set.
+    """
     _check_bound(bound)
+    if np.all(np.asarray(alpha) == 1.0):
+        k, n = check_loss_counts(k, n)
+        return np.where(k >= n, 1.0, 0.0)
     if bound == "binomial":
         return binomial_tail_pvalue(k, n, alpha)
     return hoeffding_bentkus_pvalue(k, n, alpha)
@@ -157,6 +197,7 @@ def risk_upper_bound(k, n, confidence_level, bound="binomial"):
         )
     delta = 1.0 - float(confidence_level)
     k, n = check_loss_counts(k, n)
+    _check_whole(n=n, **({"k": k} if bound == "binomial" else {}))
     if bound == "binomial":
         upper = stats.beta.ppf(1.0 - delta, k + 1.0, np.maximum(n - k, 1.0))
         return np.where((n > 0) & (k < n), upper, 1.0)

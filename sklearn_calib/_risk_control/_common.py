@@ -9,6 +9,7 @@ data), all of the data then certifying. Either way the samples that certify a
 threshold were not used to fit the probabilities, which the guarantee needs.
 """
 
+import math
 from numbers import Real
 
 import numpy as np
@@ -99,6 +100,15 @@ class DecisionEstimator(ClassifierMixin, BaseEstimator):
             self.calibrator_ = self.calibrator
             X_certify, y_certify = X, y
         else:
+            # train_test_split's own message named its train_size, not ours
+            n_fit = math.floor(self.calibrator_fraction * n_samples)
+            if not 0 < n_fit < n_samples:
+                raise ValueError(
+                    f"calibrator_fraction={self.calibrator_fraction:g} of "
+                    f"{n_samples} samples leaves {n_fit} to fit the calibrator "
+                    f"and {n_samples - n_fit} to certify; each part needs at "
+                    "least one sample."
+                )
             fit_rows, certify_rows = train_test_split(
                 np.arange(n_samples),
                 train_size=self.calibrator_fraction,
