@@ -1249,7 +1249,11 @@ def _crc_threshold(scores, y_codes, cost, risk):
     budget = (n + 1) * risk - bound
     if start.sum() <= budget:
         return -math.inf, float(start.mean())
-    ok = np.flatnonzero(total <= budget * (1 + 1e-12) + 1e-12)
+    # The slack covers the rounding of the sums of up to n + 1 costs of at
+    # most `bound` each: relative to them, so that costs in any unit give the
+    # same threshold (an absolute 1e-12 let costs of order 1e-14 certify sets
+    # whose calibration loss was nearly twice the target).
+    ok = np.flatnonzero(total <= budget + 1e-12 * (n + 1) * bound)
     if not ok.size:
         return math.inf, float((total[-1] if total.size else start.sum()) / n)
     return float(points[ok[0]]), float(total[ok[0]] / n)

@@ -1030,6 +1030,28 @@ def test_crc_cost_matrix_by_brute_force():
     assert clf.threshold_ == pytest.approx(min(ok))
 
 
+@pytest.mark.parametrize("unit", [1e-14, 1e-200, 1e200])
+def test_crc_costs_in_any_unit_give_the_same_sets(unit):
+    # The loss and the target in other units (a cost matrix in 1e-14 of the
+    # currency) are the same problem. An absolute rounding slack of 1e-12 let
+    # costs of order 1e-14 certify a threshold of 0.29 where 0.54 is needed:
+    # a calibration loss 1.8 times the target.
+    rng = np.random.default_rng(0)
+    X, y = make_logits(n_samples=400, n_classes=4, seed=3)
+    cost = rng.uniform(0.2, 1.0, size=(4, 4))
+    np.fill_diagonal(cost, 0)
+    weight = rng.uniform(0.5, 2.0, size=4)
+    for params in ({"cost_matrix": cost}, {"miss_cost": weight}):
+        reference = ConformalRiskClassifier(risk=0.3, **params).fit(X, y)
+        scaled = {key: value * unit for key, value in params.items()}
+        clf = ConformalRiskClassifier(risk=0.3 * unit, **scaled).fit(X, y)
+        assert clf.threshold_ == reference.threshold_
+        assert clf.calibration_risk_ / unit == pytest.approx(
+            reference.calibration_risk_, rel=1e-12
+        )
+        assert reference.calibration_risk_ <= 0.3
+
+
 def test_crc_miscoverage_is_the_conformal_quantile(c10):
     X, y = c10
     for n, alpha in [(50, 0.1), (500, 0.05), (2000, 0.2)]:
