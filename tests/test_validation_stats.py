@@ -361,6 +361,64 @@ def test_separated_outcomes_warn_that_the_optimum_is_at_infinity(case):
             validation_report(y, p, lowess=False)
 
 
+def _separated_profile_ends(x, y, name, estimate, far=3e3):
+    """Profile-likelihood ends by brute force: brentq on the nuisance score.
+
+    An end that the profile does not reach within ``far`` is infinite.
+    """
+
+    def loglik(a, b):
+        eta = a + b * x
+        return np.sum(np.where(y, eta, 0.0) - np.logaddexp(0.0, eta))
+
+    def profile(theta):
+        if name == "slope":
+            score = lambda a: np.sum(y - special.expit(a + theta * x))  # noqa: E731
+            return loglik(optimize.brentq(score, -1e4, 1e4, xtol=1e-14), theta)
+        score = lambda b: np.sum(x * (y - special.expit(theta + b * x)))  # noqa: E731
+        return loglik(theta, optimize.brentq(score, -1e4, 1e4, xtol=1e-14))
+
+    # The supremum, approached along the separating direction.
+    top = max(profile(t) for t in (estimate, 2 * estimate, 4 * estimate))
+    threshold = stats.chi2.ppf(0.95, 1) / 2
+    ends = []
+    for direction in (-1, 1):
+        edge = estimate + direction * far
+        if top - profile(edge) < threshold:
+            ends.append(direction * np.inf)
+            continue
+        excess = lambda t: top - profile(t) - threshold  # noqa: E731
+        ends.append(optimize.brentq(excess, estimate, edge, xtol=1e-12))
+    return ends
+
+
+@pytest.mark.parametrize(
+    "p, y",
+    [
+        (SEPARATED["complete"][0], SEPARATED["complete"][1]),
+        ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0, 0, 0, 1, 1, 1]),
+        ([0.1, 0.2, 0.4, 0.4, 0.5, 0.6, 0.4], [0, 0, 0, 1, 1, 1, 0]),
+    ],
+)
+def test_separated_outcomes_have_one_sided_profile_intervals(p, y):
+    # The slope's profile likelihood rises towards its supremum at +infinity:
+    # its interval is [finite, inf). Newton's method took a step that lost
+    # likelihood (a far warm start, the information 0) and a zero
+    # least-squares step for convergence: [0.4, 0.6, 0.4] gave the slope
+    # [145.23565, 145.23571] around the arbitrary stopping point, the tied
+    # case [-inf, inf] (references 1.553 and 0.613, upper ends infinite).
+    p, y = np.array(p), np.array(y, dtype=bool)
+    with pytest.warns(ConvergenceWarning, match="no finite optimum"):
+        result = logistic_calibration(y, p)
+    x = special.logit(p)
+    for name, estimate in (("slope", 200.0), ("joint_intercept", None)):
+        if estimate is None:
+            estimate = result.joint_intercept
+        low, high = _separated_profile_ends(x, y, name, estimate)
+        assert getattr(result, name + "_low") == pytest.approx(low, abs=1e-8)
+        assert high == np.inf and getattr(result, name + "_high") == np.inf
+
+
 def test_overlapping_outcomes_do_not_warn():
     # One non-event above the lowest event: a finite optimum.
     p = np.array([0.1, 0.2, 0.75, 0.7, 0.8, 0.9])

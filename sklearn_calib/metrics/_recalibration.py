@@ -178,7 +178,21 @@ def _damped_newton(X, y, w, offset, beta):
             step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
         # The Newton decrement: the predicted gain of the step.
         decrement = float(gradient @ step)
-        scale = 1.0
+        if not decrement > 0 and np.any(gradient != 0):
+            # Information 0 (every fitted probability rounds to 0 or 1 on
+            # the rows that pull) but a gradient: the least-squares step is
+            # 0 and would pass for convergence. Climb the gradient instead,
+            # from the longest step the halvings below start from.
+            step = gradient / np.max(np.abs(gradient))
+            step *= 1e4 * (1.0 + float(np.max(np.abs(beta), initial=0.0)))
+            decrement = float(gradient @ step)
+        # Where every fitted probability rounds to 0 or 1 (a far start: a
+        # profile warm-started at a distant point) the information
+        # underflows and the step is astronomical: shorten it to a length
+        # from which 60 halvings reach the scale of the coefficients.
+        length = float(np.max(np.abs(step), initial=0.0))
+        limit = 1e4 * (1.0 + float(np.max(np.abs(beta), initial=0.0)))
+        scale = 1.0 if not length > limit else limit / length
         for _ in range(60):
             candidate = beta + scale * step
             new_eta = offset + X @ candidate
@@ -186,6 +200,10 @@ def _damped_newton(X, y, w, offset, beta):
             if new_loglik >= loglik - 1e-12 * abs(loglik):
                 break
             scale /= 2
+        else:
+            # No step length gains: stay (never take a step that loses
+            # likelihood, whose estimates would be garbage).
+            break
         beta, eta, gained = candidate, new_eta, new_loglik - loglik
         loglik = new_loglik
         if decrement < 1e-20 * max(1.0, float(np.sum(w))) or (
@@ -287,11 +305,19 @@ def _profile_interval(profile, estimate, se, loglik_max, level):
             step_ok = np.isfinite(derivative) and derivative != 0
             candidate = theta - value / derivative if step_ok else np.nan
             if outside is None:
-                # Not bracketed yet: Newton's step, or double the distance.
+                # Not bracketed yet: Newton's step, or double the distance
+                # (also where Newton's step leaves the search range: on a
+                # flat profile its derivative is rounding noise, and the
+                # end is declared infinite only when doubling leaves it).
+                far = 1e6 * (se + abs(estimate))
                 beyond = (candidate - inside) * direction > 0
-                if not (np.isfinite(candidate) and beyond):
+                if not (
+                    np.isfinite(candidate)
+                    and beyond
+                    and abs(candidate - estimate) <= far
+                ):
                     candidate = estimate + 2 * (theta - estimate)
-                if abs(candidate - estimate) > 1e6 * (se + abs(estimate)):
+                if abs(candidate - estimate) > far:
                     break
             else:
                 lo, hi = sorted((inside, outside))
