@@ -831,6 +831,21 @@ def test_validation_report_rows_and_consistency():
             validation_report(y, np.linspace(0.1, 0.9, 10), sample_weight=w)
 
 
+def test_val_prob_indices_ignore_rows_of_zero_weight():
+    # Rows of zero weight took places in the windows of lowess's nearest
+    # points: with 40 of 200 rows at weight 0, val.prob's Emax was 0.13155
+    # against 0.13092 with those rows dropped (E90 and Eavg moved too).
+    p, y = _miscalibrated(200, seed=3)
+    w = np.ones(200)
+    w[::5] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        weighted = validation_report(y, p, sample_weight=w).val_prob
+        dropped = validation_report(y[w > 0], p[w > 0]).val_prob
+    for name, value in dropped.items():
+        assert weighted[name] == pytest.approx(value, rel=1e-10, abs=1e-12), name
+
+
 def test_pneumonia_model_is_overconfident(shared_data):
     # A real binary medical model (ResNet-50 on PneumoniaMNIST), known to be
     # overconfident: its calibration slope is well below 1, and every
