@@ -398,6 +398,24 @@ def _separated_profile_ends(x, y, name, estimate, far=3e3):
         (SEPARATED["complete"][0], SEPARATED["complete"][1]),
         ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0, 0, 0, 1, 1, 1]),
         ([0.1, 0.2, 0.4, 0.4, 0.5, 0.6, 0.4], [0, 0, 0, 1, 1, 1, 0]),
+        (
+            [
+                0.005363940596385013,
+                0.06650875796381107,
+                0.07868711217991373,
+                0.18728210455983424,
+                0.4632330761996523,
+                0.5387109180128558,
+                0.7139238189643117,
+                0.7139238189643117,
+                0.7427609616345667,
+                0.744836320878203,
+                0.888509391299826,
+                0.9718560242955719,
+                0.9825447188817472,
+            ],
+            [0] * 7 + [1] * 6,
+        ),
     ],
 )
 def test_separated_outcomes_have_one_sided_profile_intervals(p, y):
@@ -406,7 +424,10 @@ def test_separated_outcomes_have_one_sided_profile_intervals(p, y):
     # likelihood (a far warm start, the information 0) and a zero
     # least-squares step for convergence: [0.4, 0.6, 0.4] gave the slope
     # [145.23565, 145.23571] around the arbitrary stopping point, the tied
-    # case [-inf, inf] (references 1.553 and 0.613, upper ends infinite).
+    # case [-inf, inf] (references 1.553 and 0.613, upper ends infinite). A
+    # step of inf (subnormal information) times 0 was NaN: the last case's
+    # joint intercept had the interval (-inf, -195.029], its upper end the
+    # estimate itself (reference -0.389).
     p, y = np.array(p), np.array(y, dtype=bool)
     with pytest.warns(ConvergenceWarning, match="no finite optimum"):
         result = logistic_calibration(y, p)
@@ -414,9 +435,10 @@ def test_separated_outcomes_have_one_sided_profile_intervals(p, y):
     for name, estimate in (("slope", 200.0), ("joint_intercept", None)):
         if estimate is None:
             estimate = result.joint_intercept
-        low, high = _separated_profile_ends(x, y, name, estimate)
-        assert getattr(result, name + "_low") == pytest.approx(low, abs=1e-8)
-        assert high == np.inf and getattr(result, name + "_high") == np.inf
+        ends = _separated_profile_ends(x, y, name, estimate)
+        for end, want in zip(("_low", "_high"), ends, strict=True):
+            assert getattr(result, name + end) == pytest.approx(want, abs=1e-8)
+    assert result.slope_high == np.inf
 
 
 def test_overlapping_outcomes_do_not_warn():

@@ -178,20 +178,18 @@ def _damped_newton(X, y, w, offset, beta):
             step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
         # The Newton decrement: the predicted gain of the step.
         decrement = float(gradient @ step)
-        if not decrement > 0 and np.any(gradient != 0):
-            # Information 0 (every fitted probability rounds to 0 or 1 on
-            # the rows that pull) but a gradient: the least-squares step is
-            # 0 and would pass for convergence. Climb the gradient instead,
-            # from the longest step the halvings below start from.
-            step = gradient / np.max(np.abs(gradient))
-            step *= 1e4 * (1.0 + float(np.max(np.abs(beta), initial=0.0)))
-            decrement = float(gradient @ step)
         # Where every fitted probability rounds to 0 or 1 (a far start: a
         # profile warm-started at a distant point) the information
-        # underflows and the step is astronomical: shorten it to a length
-        # from which 60 halvings reach the scale of the coefficients.
-        length = float(np.max(np.abs(step), initial=0.0))
+        # underflows: the step is astronomical, or infinite, or (singular)
+        # the least-squares 0, which would pass for convergence. Steps are
+        # shortened to a length from which 60 halvings reach the scale of
+        # the coefficients, and where Newton's step is no ascent the
+        # gradient is climbed from that length.
         limit = 1e4 * (1.0 + float(np.max(np.abs(beta), initial=0.0)))
+        if not (decrement > 0 and np.isfinite(decrement)) and np.any(gradient):
+            step = gradient * (limit / np.max(np.abs(gradient)))
+            decrement = float(gradient @ step)
+        length = float(np.max(np.abs(step), initial=0.0))
         scale = 1.0 if not length > limit else limit / length
         for _ in range(60):
             candidate = beta + scale * step
