@@ -546,6 +546,19 @@ def test_interval_coverage_by_simulation():
 # --- tests ---------------------------------------------------------------------
 
 
+def test_spiegelhalter_z_of_outcomes_ruled_out_is_infinite():
+    # Every prediction 0, 1/2 or 1: the variance is 0. An event predicted
+    # at 0 (a non-event at 1) refutes calibration, and R's Spi divides by 0
+    # to Inf; z was NaN. Where nothing was ruled out, z stays 0 / 0.
+    y = [1, 1, 0, 0, 0, 1]
+    result = spiegelhalter_test(y, [0.0, 1.0, 0.0, 1.0, 0.5, 0.5])
+    assert result.statistic == np.inf and result.pvalue == 0.0
+    result = spiegelhalter_test(y, [0.0, 1.0, 0.0, 0.0, 0.5, 0.5])
+    assert result.statistic == np.inf and result.pvalue == 0.0
+    result = spiegelhalter_test(y, [1.0, 1.0, 0.0, 0.0, 0.5, 0.5])
+    assert np.isnan(result.statistic) and np.isnan(result.pvalue)
+
+
 def test_spiegelhalter_hosmer_lemeshow_and_cox_by_hand():
     p, y = _miscalibrated(700, seed=12)
     z = np.sum((y - p) * (1 - 2 * p)) / np.sqrt(np.sum((1 - 2 * p) ** 2 * p * (1 - p)))

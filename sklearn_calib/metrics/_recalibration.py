@@ -600,7 +600,12 @@ def _spiegelhalter_one(p, y, w):
     numerator = np.dot(w, (y - p) * (1.0 - 2.0 * p))
     variance = np.dot(w**2, (1.0 - 2.0 * p) ** 2 * p * (1.0 - p))
     if variance <= 0:
-        return CalibrationTest(np.nan, np.nan)
+        # Every prediction is 0, 1/2 or 1. An outcome that a prediction of
+        # 0 or 1 ruled out refutes calibration outright: z is infinite (R's
+        # Spi divides by 0 too). Otherwise z is 0 / 0.
+        if numerator == 0:
+            return CalibrationTest(np.nan, np.nan)
+        return CalibrationTest(np.copysign(np.inf, numerator), 0.0)
     z = numerator / np.sqrt(variance)
     return CalibrationTest(z, 2 * stats.norm.sf(abs(z)))
 
@@ -620,9 +625,12 @@ def spiegelhalter_test(
 
     standard normal when the probabilities are calibrated; two-sided
     p-value. Weights enter as ``w_i`` in the numerator and ``w_i^2`` in the
-    variance. It tests the Brier score against its expectation under
-    calibration, so it has little power against miscalibration that the
-    Brier score does not see; report it beside the calibration curve.
+    variance. Where every prediction is 0, 1/2 or 1 the variance is 0: an
+    outcome that a prediction of 0 or 1 ruled out makes ``z`` infinite
+    (p-value 0), and otherwise ``z`` and its p-value are NaN. It tests the
+    Brier score against its expectation under calibration, so it has little
+    power against miscalibration that the Brier score does not see; report
+    it beside the calibration curve.
 
     Parameters
     ----------
