@@ -559,6 +559,22 @@ def test_spiegelhalter_z_of_outcomes_ruled_out_is_infinite():
     assert np.isnan(result.statistic) and np.isnan(result.pvalue)
 
 
+def test_hosmer_lemeshow_group_predicted_at_zero_with_an_event_is_infinite():
+    # A group of predictions 0 has E = 0 and no variance: an event there
+    # made its term inf, which was dropped as if it were 0 / 0: H was
+    # 13.86 (p = 0.054) with or without the event (1e-9 instead of 0: 5e7).
+    rng = np.random.default_rng(0)
+    p = np.concatenate([np.zeros(20), rng.uniform(0.1, 0.9, 80)])
+    y = rng.uniform(size=100) < p
+    agree = hosmer_lemeshow_test(y, p)
+    assert np.isfinite(agree.statistic) and agree.pvalue > 0
+    y[0] = True
+    result = hosmer_lemeshow_test(y, p)
+    assert result.statistic == np.inf and result.pvalue == 0.0
+    near = hosmer_lemeshow_test(y, np.where(p == 0, 1e-9, p))
+    assert near.statistic > 1e7
+
+
 def test_spiegelhalter_hosmer_lemeshow_and_cox_by_hand():
     p, y = _miscalibrated(700, seed=12)
     z = np.sum((y - p) * (1 - 2 * p)) / np.sqrt(np.sum((1 - 2 * p) ** 2 * p * (1 - p)))

@@ -692,7 +692,10 @@ def _hosmer_lemeshow_one(p, y, w, n_groups, external=False):
     expected = curve.confidence[1][occupied] * n_g
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = (observed - expected) ** 2 / (expected * (1.0 - expected / n_g))
-    statistic = float(np.sum(np.where(np.isfinite(terms), terms, 0.0)))
+    # A group predicted all at 0 (or all at 1) has no variance: it adds
+    # nothing where its outcomes agree (0 / 0), and an outcome it ruled out
+    # makes the statistic infinite (it was dropped, as if it agreed).
+    statistic = float(np.sum(np.where(np.isnan(terms), 0.0, terms)))
     # Predictions fitted on these samples use up two degrees of freedom;
     # predictions from elsewhere (external validation) none.
     dof = int(occupied.sum()) - (0 if external else 2)
@@ -740,7 +743,9 @@ def hosmer_lemeshow_test(
     ``O_g`` the observed and ``E_g`` the expected number of events and
     ``n_g`` the group size; chi-square with (non-empty groups - 2) degrees
     of freedom for a model fitted on these samples, with as many degrees of
-    freedom as non-empty groups with ``external=True``.
+    freedom as non-empty groups with ``external=True``. A group whose
+    predictions are all 0 (or all 1) adds 0 where its outcomes agree with
+    them and makes ``H`` infinite (p-value 0) where one does not.
 
     .. warning::
 
