@@ -897,6 +897,23 @@ def test_val_prob_indices_ignore_rows_of_zero_weight():
         assert weighted[name] == pytest.approx(value, rel=1e-10, abs=1e-12), name
 
 
+def test_validation_report_text_prints_infinite_values():
+    # A one-sided profile interval (separated outcomes) and an infinite
+    # Hosmer-Lemeshow statistic printed blank, as if there were no value.
+    p = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.0, 0.0]
+    y = [0, 0, 0, 1, 1, 1, 0, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = validation_report(y, p, lowess=False)
+    lines = report.to_text().splitlines()
+    hosmer = next(line for line in lines if line.startswith("Hosmer"))
+    assert hosmer.split()[-2:] == ["inf", "0"]
+    frame = report.to_frame()
+    assert frame.loc["Hosmer-Lemeshow (chi2, 5 df)", "value"] == np.inf
+    spiegelhalter = next(line for line in lines if line.startswith("Spiegelhalter"))
+    assert len(spiegelhalter.split()) == 4  # value and p; no interval
+
+
 def test_pneumonia_model_is_overconfident(shared_data):
     # A real binary medical model (ResNet-50 on PneumoniaMNIST), known to be
     # overconfident: its calibration slope is well below 1, and every

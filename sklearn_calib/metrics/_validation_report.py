@@ -155,8 +155,10 @@ class ValidationReport:
             f"{'statistic':<44}{'value':>11}{'low':>11}{'high':>11}{'p':>11}",
         ]
         for row in self.rows:
+            # Blank where there is no value (NaN); an infinite end of an
+            # interval or statistic prints as inf (it was blank too).
             cells = [
-                "" if not np.isfinite(row[k]) else f"{row[k]:.4g}"
+                "" if np.isnan(row[k]) else f"{row[k]:.4g}"
                 for k in ("value", "low", "high", "pvalue")
             ]
             # 11 wide: a negative value in e-notation takes 10 (-1.991e+04).
