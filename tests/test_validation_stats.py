@@ -361,6 +361,86 @@ def test_separated_outcomes_warn_that_the_optimum_is_at_infinity(case):
             validation_report(y, p, lowess=False)
 
 
+def _separated_profile_ends(x, y, name, estimate, far=3e3):
+    """Profile-likelihood ends by brute force: brentq on the nuisance score.
+
+    An end that the profile does not reach within ``far`` is infinite.
+    """
+
+    def loglik(a, b):
+        eta = a + b * x
+        return np.sum(np.where(y, eta, 0.0) - np.logaddexp(0.0, eta))
+
+    def profile(theta):
+        if name == "slope":
+            score = lambda a: np.sum(y - special.expit(a + theta * x))  # noqa: E731
+            return loglik(optimize.brentq(score, -1e4, 1e4, xtol=1e-14), theta)
+        score = lambda b: np.sum(x * (y - special.expit(theta + b * x)))  # noqa: E731
+        return loglik(theta, optimize.brentq(score, -1e4, 1e4, xtol=1e-14))
+
+    # The supremum, approached along the separating direction.
+    top = max(profile(t) for t in (estimate, 2 * estimate, 4 * estimate))
+    threshold = stats.chi2.ppf(0.95, 1) / 2
+    ends = []
+    for direction in (-1, 1):
+        edge = estimate + direction * far
+        if top - profile(edge) < threshold:
+            ends.append(direction * np.inf)
+            continue
+        excess = lambda t: top - profile(t) - threshold  # noqa: E731
+        ends.append(optimize.brentq(excess, estimate, edge, xtol=1e-12))
+    return ends
+
+
+@pytest.mark.parametrize(
+    "p, y",
+    [
+        (SEPARATED["complete"][0], SEPARATED["complete"][1]),
+        ([0.1, 0.2, 0.3, 0.4, 0.5, 0.6], [0, 0, 0, 1, 1, 1]),
+        ([0.1, 0.2, 0.4, 0.4, 0.5, 0.6, 0.4], [0, 0, 0, 1, 1, 1, 0]),
+        (
+            [
+                0.005363940596385013,
+                0.06650875796381107,
+                0.07868711217991373,
+                0.18728210455983424,
+                0.4632330761996523,
+                0.5387109180128558,
+                0.7139238189643117,
+                0.7139238189643117,
+                0.7427609616345667,
+                0.744836320878203,
+                0.888509391299826,
+                0.9718560242955719,
+                0.9825447188817472,
+            ],
+            [0] * 7 + [1] * 6,
+        ),
+    ],
+)
+def test_separated_outcomes_have_one_sided_profile_intervals(p, y):
+    # The slope's profile likelihood rises towards its supremum at +infinity:
+    # its interval is [finite, inf). Newton's method took a step that lost
+    # likelihood (a far warm start, the information 0) and a zero
+    # least-squares step for convergence: [0.4, 0.6, 0.4] gave the slope
+    # [145.23565, 145.23571] around the arbitrary stopping point, the tied
+    # case [-inf, inf] (references 1.553 and 0.613, upper ends infinite). A
+    # step of inf (subnormal information) times 0 was NaN: the last case's
+    # joint intercept had the interval (-inf, -195.029], its upper end the
+    # estimate itself (reference -0.389).
+    p, y = np.array(p), np.array(y, dtype=bool)
+    with pytest.warns(ConvergenceWarning, match="no finite optimum"):
+        result = logistic_calibration(y, p)
+    x = special.logit(p)
+    for name, estimate in (("slope", 200.0), ("joint_intercept", None)):
+        if estimate is None:
+            estimate = result.joint_intercept
+        ends = _separated_profile_ends(x, y, name, estimate)
+        for end, want in zip(("_low", "_high"), ends, strict=True):
+            assert getattr(result, name + end) == pytest.approx(want, abs=1e-8)
+    assert result.slope_high == np.inf
+
+
 def test_overlapping_outcomes_do_not_warn():
     # One non-event above the lowest event: a finite optimum.
     p = np.array([0.1, 0.2, 0.75, 0.7, 0.8, 0.9])
@@ -464,6 +544,35 @@ def test_interval_coverage_by_simulation():
 
 
 # --- tests ---------------------------------------------------------------------
+
+
+def test_spiegelhalter_z_of_outcomes_ruled_out_is_infinite():
+    # Every prediction 0, 1/2 or 1: the variance is 0. An event predicted
+    # at 0 (a non-event at 1) refutes calibration, and R's Spi divides by 0
+    # to Inf; z was NaN. Where nothing was ruled out, z stays 0 / 0.
+    y = [1, 1, 0, 0, 0, 1]
+    result = spiegelhalter_test(y, [0.0, 1.0, 0.0, 1.0, 0.5, 0.5])
+    assert result.statistic == np.inf and result.pvalue == 0.0
+    result = spiegelhalter_test(y, [0.0, 1.0, 0.0, 0.0, 0.5, 0.5])
+    assert result.statistic == np.inf and result.pvalue == 0.0
+    result = spiegelhalter_test(y, [1.0, 1.0, 0.0, 0.0, 0.5, 0.5])
+    assert np.isnan(result.statistic) and np.isnan(result.pvalue)
+
+
+def test_hosmer_lemeshow_group_predicted_at_zero_with_an_event_is_infinite():
+    # A group of predictions 0 has E = 0 and no variance: an event there
+    # made its term inf, which was dropped as if it were 0 / 0: H was
+    # 13.86 (p = 0.054) with or without the event (1e-9 instead of 0: 5e7).
+    rng = np.random.default_rng(0)
+    p = np.concatenate([np.zeros(20), rng.uniform(0.1, 0.9, 80)])
+    y = rng.uniform(size=100) < p
+    agree = hosmer_lemeshow_test(y, p)
+    assert np.isfinite(agree.statistic) and agree.pvalue > 0
+    y[0] = True
+    result = hosmer_lemeshow_test(y, p)
+    assert result.statistic == np.inf and result.pvalue == 0.0
+    near = hosmer_lemeshow_test(y, np.where(p == 0, 1e-9, p))
+    assert near.statistic > 1e7
 
 
 def test_spiegelhalter_hosmer_lemeshow_and_cox_by_hand():
@@ -771,6 +880,38 @@ def test_validation_report_rows_and_consistency():
         w = (y == weighted).astype(float)
         with pytest.raises(ValueError, match="both outcomes"):
             validation_report(y, np.linspace(0.1, 0.9, 10), sample_weight=w)
+
+
+def test_val_prob_indices_ignore_rows_of_zero_weight():
+    # Rows of zero weight took places in the windows of lowess's nearest
+    # points: with 40 of 200 rows at weight 0, val.prob's Emax was 0.13155
+    # against 0.13092 with those rows dropped (E90 and Eavg moved too).
+    p, y = _miscalibrated(200, seed=3)
+    w = np.ones(200)
+    w[::5] = 0.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        weighted = validation_report(y, p, sample_weight=w).val_prob
+        dropped = validation_report(y[w > 0], p[w > 0]).val_prob
+    for name, value in dropped.items():
+        assert weighted[name] == pytest.approx(value, rel=1e-10, abs=1e-12), name
+
+
+def test_validation_report_text_prints_infinite_values():
+    # A one-sided profile interval (separated outcomes) and an infinite
+    # Hosmer-Lemeshow statistic printed blank, as if there were no value.
+    p = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.0, 0.0]
+    y = [0, 0, 0, 1, 1, 1, 0, 1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = validation_report(y, p, lowess=False)
+    lines = report.to_text().splitlines()
+    hosmer = next(line for line in lines if line.startswith("Hosmer"))
+    assert hosmer.split()[-2:] == ["inf", "0"]
+    frame = report.to_frame()
+    assert frame.loc["Hosmer-Lemeshow (chi2, 5 df)", "value"] == np.inf
+    spiegelhalter = next(line for line in lines if line.startswith("Spiegelhalter"))
+    assert len(spiegelhalter.split()) == 4  # value and p; no interval
 
 
 def test_pneumonia_model_is_overconfident(shared_data):

@@ -17,7 +17,11 @@ import numpy as np
 from sklearn.utils import check_random_state
 
 from ..utils._compat import Interval, validate_params
-from ..utils._validation import check_metric_inputs, scale_free_weights
+from ..utils._validation import (
+    check_grid_entries,
+    check_metric_inputs,
+    scale_free_weights,
+)
 from . import _calibration as _cal
 from . import _proper, _smooth
 from ._bin_statistics import BinnedMetric, slabs
@@ -181,6 +185,9 @@ def bootstrap_interval(
     >>> bool(ci.low <= ci.value <= ci.high)
     True
     """
+    # The resampled values are one array: refused at once, not after hours
+    # of resampling (10**12 resamples ran on towards a MemoryError).
+    check_grid_entries("n_resamples", n_resamples, n_resamples, what="resamples")
     common = {}
     if sample_weight is not None:
         common["sample_weight"] = sample_weight

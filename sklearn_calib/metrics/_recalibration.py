@@ -178,7 +178,19 @@ def _damped_newton(X, y, w, offset, beta):
             step = np.linalg.lstsq(hessian, gradient, rcond=None)[0]
         # The Newton decrement: the predicted gain of the step.
         decrement = float(gradient @ step)
-        scale = 1.0
+        # Where every fitted probability rounds to 0 or 1 (a far start: a
+        # profile warm-started at a distant point) the information
+        # underflows: the step is astronomical, or infinite, or (singular)
+        # the least-squares 0, which would pass for convergence. Steps are
+        # shortened to a length from which 60 halvings reach the scale of
+        # the coefficients, and where Newton's step is no ascent the
+        # gradient is climbed from that length.
+        limit = 1e4 * (1.0 + float(np.max(np.abs(beta), initial=0.0)))
+        if not (decrement > 0 and np.isfinite(decrement)) and np.any(gradient):
+            step = gradient * (limit / np.max(np.abs(gradient)))
+            decrement = float(gradient @ step)
+        length = float(np.max(np.abs(step), initial=0.0))
+        scale = 1.0 if not length > limit else limit / length
         for _ in range(60):
             candidate = beta + scale * step
             new_eta = offset + X @ candidate
@@ -186,6 +198,10 @@ def _damped_newton(X, y, w, offset, beta):
             if new_loglik >= loglik - 1e-12 * abs(loglik):
                 break
             scale /= 2
+        else:
+            # No step length gains: stay (never take a step that loses
+            # likelihood, whose estimates would be garbage).
+            break
         beta, eta, gained = candidate, new_eta, new_loglik - loglik
         loglik = new_loglik
         if decrement < 1e-20 * max(1.0, float(np.sum(w))) or (
@@ -287,11 +303,19 @@ def _profile_interval(profile, estimate, se, loglik_max, level):
             step_ok = np.isfinite(derivative) and derivative != 0
             candidate = theta - value / derivative if step_ok else np.nan
             if outside is None:
-                # Not bracketed yet: Newton's step, or double the distance.
+                # Not bracketed yet: Newton's step, or double the distance
+                # (also where Newton's step leaves the search range: on a
+                # flat profile its derivative is rounding noise, and the
+                # end is declared infinite only when doubling leaves it).
+                far = 1e6 * (se + abs(estimate))
                 beyond = (candidate - inside) * direction > 0
-                if not (np.isfinite(candidate) and beyond):
+                if not (
+                    np.isfinite(candidate)
+                    and beyond
+                    and abs(candidate - estimate) <= far
+                ):
                     candidate = estimate + 2 * (theta - estimate)
-                if abs(candidate - estimate) > 1e6 * (se + abs(estimate)):
+                if abs(candidate - estimate) > far:
                     break
             else:
                 lo, hi = sorted((inside, outside))
@@ -576,7 +600,12 @@ def _spiegelhalter_one(p, y, w):
     numerator = np.dot(w, (y - p) * (1.0 - 2.0 * p))
     variance = np.dot(w**2, (1.0 - 2.0 * p) ** 2 * p * (1.0 - p))
     if variance <= 0:
-        return CalibrationTest(np.nan, np.nan)
+        # Every prediction is 0, 1/2 or 1. An outcome that a prediction of
+        # 0 or 1 ruled out refutes calibration outright: z is infinite (R's
+        # Spi divides by 0 too). Otherwise z is 0 / 0.
+        if numerator == 0:
+            return CalibrationTest(np.nan, np.nan)
+        return CalibrationTest(np.copysign(np.inf, numerator), 0.0)
     z = numerator / np.sqrt(variance)
     return CalibrationTest(z, 2 * stats.norm.sf(abs(z)))
 
@@ -596,9 +625,12 @@ def spiegelhalter_test(
 
     standard normal when the probabilities are calibrated; two-sided
     p-value. Weights enter as ``w_i`` in the numerator and ``w_i^2`` in the
-    variance. It tests the Brier score against its expectation under
-    calibration, so it has little power against miscalibration that the
-    Brier score does not see; report it beside the calibration curve.
+    variance. Where every prediction is 0, 1/2 or 1 the variance is 0: an
+    outcome that a prediction of 0 or 1 ruled out makes ``z`` infinite
+    (p-value 0), and otherwise ``z`` and its p-value are NaN. It tests the
+    Brier score against its expectation under calibration, so it has little
+    power against miscalibration that the Brier score does not see; report
+    it beside the calibration curve.
 
     Parameters
     ----------
@@ -660,7 +692,10 @@ def _hosmer_lemeshow_one(p, y, w, n_groups, external=False):
     expected = curve.confidence[1][occupied] * n_g
     with np.errstate(divide="ignore", invalid="ignore"):
         terms = (observed - expected) ** 2 / (expected * (1.0 - expected / n_g))
-    statistic = float(np.sum(np.where(np.isfinite(terms), terms, 0.0)))
+    # A group predicted all at 0 (or all at 1) has no variance: it adds
+    # nothing where its outcomes agree (0 / 0), and an outcome it ruled out
+    # makes the statistic infinite (it was dropped, as if it agreed).
+    statistic = float(np.sum(np.where(np.isnan(terms), 0.0, terms)))
     # Predictions fitted on these samples use up two degrees of freedom;
     # predictions from elsewhere (external validation) none.
     dof = int(occupied.sum()) - (0 if external else 2)
@@ -708,7 +743,9 @@ def hosmer_lemeshow_test(
     ``O_g`` the observed and ``E_g`` the expected number of events and
     ``n_g`` the group size; chi-square with (non-empty groups - 2) degrees
     of freedom for a model fitted on these samples, with as many degrees of
-    freedom as non-empty groups with ``external=True``.
+    freedom as non-empty groups with ``external=True``. A group whose
+    predictions are all 0 (or all 1) adds 0 where its outcomes agree with
+    them and makes ``H`` infinite (p-value 0) where one does not.
 
     .. warning::
 

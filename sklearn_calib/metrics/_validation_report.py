@@ -79,9 +79,13 @@ def val_prob_statistics(p, y, w, joint, lowess=True):
     d = (lr - 1) / n
     u = (u_chisq - 2) / n
     if lowess:
-        errors = np.abs(p - r_lowess(p, y, weights=None if np.all(w == 1) else w))
-        unit = None if np.all(w == w[0]) else w
-        eavg, _, e90, emax = distances(errors, unit)
+        # Rows of zero weight do not count: left in, they would take places
+        # in the windows of lowess's nearest points.
+        counted = w > 0
+        p_c, y_c, w_c = p[counted], y[counted], w[counted]
+        same = np.all(w_c == w_c[0])
+        errors = np.abs(p_c - r_lowess(p_c, y_c, weights=None if same else w_c))
+        eavg, _, e90, emax = distances(errors, None if same else w_c)
     else:
         eavg = e90 = emax = np.nan
     spiegelhalter = _spiegelhalter_one(p, y, w)
@@ -151,8 +155,10 @@ class ValidationReport:
             f"{'statistic':<44}{'value':>11}{'low':>11}{'high':>11}{'p':>11}",
         ]
         for row in self.rows:
+            # Blank where there is no value (NaN); an infinite end of an
+            # interval or statistic prints as inf (it was blank too).
             cells = [
-                "" if not np.isfinite(row[k]) else f"{row[k]:.4g}"
+                "" if np.isnan(row[k]) else f"{row[k]:.4g}"
                 for k in ("value", "low", "high", "pvalue")
             ]
             # 11 wide: a negative value in e-notation takes 10 (-1.991e+04).
