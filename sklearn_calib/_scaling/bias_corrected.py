@@ -58,6 +58,8 @@ _LINE_SEARCH_TRIES = 60
 # calibrated logits spread 1e-4 times as much as temperature scaling's, as
 # TemperatureScaling's own bound allows: nearly the class frequencies.
 _MIN_SCALE = 1e-4
+# A scale within this relative distance of its bound is on it.
+_ON_BOUND_RTOL = 1e-9
 
 
 def _mapped_blocks(logits, beta, bias, mask):
@@ -242,7 +244,12 @@ def fit_bcts(logits, y, weights, *, beta0, max_iter=100, tol=1e-10):
             break
         previous = theta, loss, projected
         theta = accepted[1][1]
-        theta[0] = max(theta[0], _MIN_SCALE)  # a rounding below the bound
+        if theta[0] <= _MIN_SCALE * (1 + _ON_BOUND_RTOL):
+            # A step to the bound lands on it up to rounding, either side:
+            # just above it, the next step towards it had room for a step of
+            # 1e-16 and stalled there, its biases barely moved (uninformative
+            # logits: 1/3 each for class frequencies 0.3, 0.4, 0.3).
+            theta[0] = _MIN_SCALE
         loss, grad, hess = evaluate(theta)
         if not _all_finite(loss, grad, hess):
             theta, loss, projected = previous

@@ -308,6 +308,27 @@ def test_logits_ranked_against_the_labels_clamp_t_at_its_bound(
     pickle.loads(pickle.dumps(est))
 
 
+def test_uninformative_logits_give_the_class_frequencies():
+    # scikit-learn's estimator checks fit on uniform noise (20 rows, 3
+    # classes of 6, 8 and 6 rows): temperature scaling clamps T at its
+    # bound, and so does BCTS, whose biases are then the log class
+    # frequencies. Its step to the bound landed a rounding above it, where
+    # the next step had room for 1e-16 of itself: the fit stalled after 2
+    # iterations at probabilities of 1/3 each, with a ConvergenceWarning.
+    rnd = np.random.RandomState(0)
+    X = 3 * rnd.uniform(size=(20, 3))
+    y = X[:, 0].astype(int)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        bcts = BiasCorrectedTemperatureScaling(device="cpu").fit(X, y)
+    categories = {w.category for w in caught}
+    assert ConvergenceWarning not in categories
+    assert any("clamped T to its upper bound" in str(w.message) for w in caught)
+    frequencies = np.bincount(y) / len(y)
+    np.testing.assert_allclose(bcts.predict_proba(X), np.tile(frequencies, (20, 1)),
+                               atol=1e-6)  # fmt: skip
+
+
 @pytest.mark.parametrize("tol", [1e-6, 1e-10])
 def test_quasi_separated_logits_warn(tol):
     # Scores z_1 - z_0 = 1, 2, 3, 3, 4, 5 with the labels split at the tie 3:
