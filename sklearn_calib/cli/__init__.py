@@ -114,6 +114,36 @@ def _add_overwrite(parser, what):
     )
 
 
+def _device(text):
+    """``--device``: checked when the command line is read, as the library
+    checks its ``device=``, so that a misspelt device is refused by every
+    command (``apply`` with a method that predicts in numpy never looks at
+    it; ``report`` recorded it as the failure of every method)."""
+    from ..utils._validation import check_device
+
+    try:
+        return check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).rstrip(".")) from exc
+
+
+# numpy's seeds (RandomState, hence scikit-learn's folds) are 32-bit.
+_MAX_SEED = 2**32 - 1
+
+
+def _seed(text):
+    """``--seed``: an integer numpy accepts as a seed, checked before any fit."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= _MAX_SEED:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 2**32 - 1 ({_MAX_SEED}), got {value}"
+        )
+    return value
+
+
 def _add_classes(parser):
     parser.add_argument(
         "--classes",
@@ -191,12 +221,15 @@ def build_parser():
     )
     report.add_argument(
         "--seed",
-        type=int,
+        type=_seed,
         default=0,
         help="seed of the folds and of stochastic methods (default: 0)",
     )
     report.add_argument(
-        "--device", help="device of torch-backed methods (default: theirs)"
+        "--device",
+        type=_device,
+        help="device of torch-backed methods: auto, cpu, cuda or cuda:N "
+        "(default: theirs)",
     )
     report.set_defaults(handler=run_report)
 
@@ -223,7 +256,7 @@ def build_parser():
         "-o", "--output", required=True, metavar="PATH", help="e.g. calibrator.skops"
     )
     _add_overwrite(fit, "PATH")
-    fit.add_argument("--device", help="device of a torch-backed method")
+    fit.add_argument("--device", type=_device, help="device of a torch-backed method")
     fit.add_argument(
         "--param",
         action="append",
@@ -254,7 +287,7 @@ def build_parser():
         "-o", "--output", required=True, metavar="PATH", help="e.g. probs.npy"
     )
     _add_overwrite(apply, "PATH")
-    apply.add_argument("--device", help="device of a torch-backed method")
+    apply.add_argument("--device", type=_device, help="device of a torch-backed method")
     apply.set_defaults(handler=run_apply)
     return parser
 
