@@ -355,21 +355,31 @@ def run_report(args, out=None):
     # evaluation samples are split at random into calibration and evaluation
     # halves (seeded), as in the conformal-prediction papers.
     from ..conformal import conformal_report
-
-    n_splits = 20
-    prediction_sets = conformal_report(
-        y_eval,
-        probabilities,
-        conformity_scores=SET_SCORES,
-        confidence_levels=SET_LEVELS,
-        n_splits=n_splits,
-        random_state=args.seed,
-        labels=column_labels(raw),
-        as_frame=False,
-    )
     from ._decisions import decision_protocol, decision_rows
 
-    decisions = decision_rows(y_eval, probabilities, seed=args.seed)
+    n_splits = 20
+    binary = len(classes) == 2 and 0 < np.count_nonzero(y_eval) < len(y_eval)
+    # The library's warnings on degenerate probabilities (a method predicting
+    # one value: its calibration slope is NaN, ...) become "warning:" lines,
+    # one per kind, as those of fit do: not Python's two lines per warning,
+    # source line included, for every method.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prediction_sets = conformal_report(
+            y_eval,
+            probabilities,
+            conformity_scores=SET_SCORES,
+            confidence_levels=SET_LEVELS,
+            n_splits=n_splits,
+            random_state=args.seed,
+            labels=column_labels(raw),
+            as_frame=False,
+        )
+        decisions = decision_rows(y_eval, probabilities, seed=args.seed)
+        # Binary data: the clinical validation statistics of each method.
+        validation = validation_rows(y_eval, probabilities) if binary else None
+    for line in warning_lines(caught):
+        print(f"warning: {line}", file=sys.stderr)
     report = {
         "data": source,
         "evaluation": evaluation,
@@ -388,9 +398,8 @@ def run_report(args, out=None):
         "decisions": decisions,
         "decisions_protocol": decision_protocol(len(y_eval)),
     }
-    if len(classes) == 2 and 0 < np.count_nonzero(y_eval) < len(y_eval):
-        # Binary data: the clinical validation statistics of each method.
-        report["validation"] = validation_rows(y_eval, probabilities)
+    if validation is not None:
+        report["validation"] = validation
     out.write(format_report(report, args.format, stream=out))
     if args.out is not None:
         written = write_report_files(
