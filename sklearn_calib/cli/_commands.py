@@ -109,7 +109,9 @@ def run_fit(args, out=None):
                 # times; a method without a chunked fit raises its TypeError.
                 estimator.fit_chunks(data)
             else:
-                estimator.fit(data.logits, data.y)
+                # Weights stored beside the logits weigh the fit, as in a
+                # folder of chunks (fit_chunks reads them there).
+                estimator.fit(data.logits, data.y, sample_weight=data.sample_weight)
         except _NUMERIC_FAILURES as exc:
             raise CommandError(
                 f"{args.logits}: {cls.__name__} failed to fit ({failure_reason(exc)})"
@@ -279,6 +281,16 @@ def report_data(args):
         }
         return splits, f"bundled set {name}", data.DESCR
     splits = read_splits(args.file, args.labels)
+    if any(split.sample_weight is not None for split in splits.values()):
+        # In memory, report's fits, scores, prediction sets and decisions
+        # are unweighted: ignoring the weights would report on other data
+        # than the file describes (fit and a folder of chunks weigh them).
+        raise CommandError(
+            f"{args.file}: holds sample weights, which report does not use on "
+            "data in memory (its fits, scores, prediction sets and decisions "
+            "are unweighted); give a folder of chunks (report weighs fits and "
+            "metrics there), or remove the weights"
+        )
     return splits, str(args.file), None
 
 
