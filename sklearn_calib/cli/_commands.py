@@ -36,13 +36,13 @@ from ._html import html_report
 from ._io import (
     OUTPUT_SUFFIXES,
     atomic_path,
-    atomic_writer,
     check_output,
     check_output_folder,
     write_bytes,
     write_proba,
 )
 from ._methods import (
+    dumps_loadable,
     import_skops,
     load_calibrator,
     make_calibrator,
@@ -85,7 +85,7 @@ def run_fit(args, out=None):
             )
         _chunked.check_not_inside(output, [args.logits])
     cls = resolve_method(args.method)
-    sio = import_skops()
+    import_skops()  # a missing skops ends the command before any fitting
     params = parse_params(args.param)
     if args.classes is not None and "classes" in params:
         raise CommandError("give the classes as --classes or --param, not both")
@@ -126,8 +126,7 @@ def run_fit(args, out=None):
         check_column_names(data.names, estimator.classes_, args.logits)
     for line in warning_lines(caught):
         print(f"warning: {line}", file=sys.stderr)
-    with atomic_writer(output) as handle:
-        sio.dump(estimator, handle)
+    write_bytes(output, dumps_loadable(estimator))
     n, k = shape
     print(
         f"{cls.__name__} fitted on {n} samples x {k} logit columns{n_chunks} in "

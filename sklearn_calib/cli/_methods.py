@@ -162,6 +162,33 @@ def import_skops():
     return skops.io
 
 
+def dumps_loadable(estimator):
+    """The skops bytes of a fitted ``estimator``, if ``apply`` can load them.
+
+    ``apply`` trusts only the library's types (:func:`load_calibrator`); a
+    selector fitted with a scikit-learn scorer name (``--param
+    scoring=accuracy``) holds scikit-learn's scorer and metric, so the file
+    would be refused there. Such a fit is refused here, before anything is
+    written.
+    """
+    sio = import_skops()
+    from ..utils.persistence import skops_trusted_types
+
+    data = sio.dumps(estimator)
+    untrusted = sorted(
+        set(sio.get_untrusted_types(data=data)) - set(skops_trusted_types())
+    )
+    if untrusted:
+        raise CommandError(
+            f"the fitted {type(estimator).__name__} holds types other than "
+            f"sklearn-calib's ({', '.join(untrusted)}), so 'apply' would refuse "
+            "its file; nothing was written. For a scorer, name one of the "
+            "library's own (neg_log_loss, neg_multiclass_brier_score, "
+            "neg_expected_calibration_error, ...)"
+        )
+    return data
+
+
 def load_calibrator(path):
     """Load a calibrator saved by ``fit``, trusting only the library's types.
 

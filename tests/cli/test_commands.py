@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from sklearn_calib import TemperatureScaling, cli
+from sklearn_calib import CalibratorSelector, TemperatureScaling, cli
 from sklearn_calib.cli import _methods
 from sklearn_calib.utils._testing import make_logits
 
@@ -158,6 +158,47 @@ def test_fit_param_sets_constructor_parameters(capsys, tmp_path, logits_y):
         capsys,
         [*args, "-o", tmp_path / "d.skops", "--param", "max_iter"],
         "expected KEY=VALUE",
+    )
+
+
+def test_fit_refuses_to_save_what_apply_would_refuse(capsys, tmp_path, logits_y):
+    # A selector fitted with a scikit-learn scorer name holds scikit-learn's
+    # scorer and metric, which apply does not trust: fit saved the file
+    # (exit 0) and apply then refused it. fit now says so and writes nothing.
+    pytest.importorskip("skops")
+    logits, y = logits_y
+    np.savez(tmp_path / "l.npz", logits=logits, y=y)
+    args = ["fit", "--method", "CalibratorSelector", "--logits", tmp_path / "l.npz"]
+    args += ["--param", "cv=2"]  # fast
+    line = assert_usage_error(
+        capsys,
+        [*args, "-o", tmp_path / "s.skops", "--param", "scoring=accuracy"],
+        "'apply' would refuse",
+        "sklearn.metrics._scorer._Scorer",
+    )
+    assert "nothing was written" in line
+    assert not (tmp_path / "s.skops").exists()
+    assert not list(tmp_path.glob(".s.skops.*"))
+    # With one of the library's scorers the file round-trips through apply.
+    scoring = "neg_multiclass_brier_score"
+    status, _, err = call(
+        capsys, *args, "-o", tmp_path / "s.skops", "--param", f"scoring={scoring}"
+    )
+    assert status == 0, err
+    np.save(tmp_path / "new.npy", logits[:50])
+    status, _, err = call(
+        capsys,
+        "apply",
+        tmp_path / "s.skops",
+        "--logits",
+        tmp_path / "new.npy",
+        "-o",
+        tmp_path / "p.npy",
+    )
+    assert status == 0, err
+    reference = CalibratorSelector(scoring=scoring, cv=2).fit(logits, y)
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "p.npy"), reference.predict_proba(logits[:50])
     )
 
 
