@@ -147,7 +147,7 @@ def parse_classes(spec, n_columns):
 def with_classes_hint(exc):
     """The message of a ValueError, with ``CLASSES_HINT`` where it asks for classes=."""
     text = first_line(exc)
-    return f"{text} {CLASSES_HINT}" if "pass classes=" in text else text
+    return f"{text} {CLASSES_HINT}" if "pass classes=" in text.lower() else text
 
 
 def import_skops():
