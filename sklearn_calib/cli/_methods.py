@@ -223,4 +223,16 @@ def load_calibrator(path):
             f"{path}: holds a {type(estimator).__name__}, not a calibrator of "
             "logits; save one with 'sklearn-calib fit'"
         )
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError as exc:
+        # An unfitted calibrator (skops.io.dump(TemperatureScaling())) has no
+        # classes_: apply stopped with Python's AttributeError.
+        raise CommandError(
+            f"{path}: holds an unfitted {type(estimator).__name__}; save a "
+            "fitted one (sklearn-calib fit)"
+        ) from exc
     return estimator

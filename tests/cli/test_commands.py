@@ -303,6 +303,25 @@ def test_apply_refuses_a_non_calibrator(capsys, tmp_path):
     )
 
 
+@pytest.mark.parametrize("name", sorted(cli.calibrator_classes()))
+def test_apply_refuses_an_unfitted_calibrator(capsys, tmp_path, logits_y, name):
+    # skops.io.dump(TemperatureScaling()) loaded, and apply ended with
+    # Python's AttributeError (no classes_) and a traceback.
+    skops_io = pytest.importorskip("skops.io")
+    skops_io.dump(cli.calibrator_classes()[name](), tmp_path / "c.skops")
+    (tmp_path / "chunks").mkdir()
+    np.save(tmp_path / "chunks" / "logits.npy", logits_y[0][:5])
+    # A file, and a folder of chunks.
+    for logits in (tmp_path / "chunks" / "logits.npy", tmp_path / "chunks"):
+        assert_usage_error(
+            capsys,
+            ["apply", tmp_path / "c.skops", "--logits", logits]
+            + ["-o", tmp_path / "p.npy"],
+            f"holds an unfitted {name}",
+        )
+    assert not (tmp_path / "p.npy").exists()
+
+
 def test_apply_on_junk_file(capsys, tmp_path):
     pytest.importorskip("skops")
     (tmp_path / "junk.skops").write_bytes(b"not a zip file")
