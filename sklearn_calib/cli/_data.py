@@ -154,6 +154,23 @@ def check_columns_match_calibrator(names, classes, path):
     )
 
 
+def _refuse_beside_labels(names, path, kind):
+    """Refuse sample weights or a split column in a ``--labels`` file.
+
+    They belong beside the logits, where they are read; in a labels file
+    they would be dropped without a word (a fit unweighted, or on every
+    row instead of the val rows).
+    """
+    for name in names:
+        text = str(name).strip().lower()
+        if text.startswith(WEIGHT_KEY) or text == "split":
+            raise CommandError(
+                f"{path}: a --labels file holds the labels only; its {kind} "
+                f"{str(name)!r} would not be read: store sample weights and the "
+                "split in the logits file, beside the logits"
+            )
+
+
 def read_labels(path):
     """Read a labels file: a 1-D array, or a table/archive with a label column."""
     path = check_input_path(path)
@@ -162,6 +179,7 @@ def read_labels(path):
             frame = _read_table(path)
         except (OSError, ValueError) as exc:
             raise CommandError(f"{path}: cannot be read ({exc})") from exc
+        _refuse_beside_labels(frame.columns, path, "column")
         column = label_column(frame, path)
         if column is None and frame.shape[1] == 1:
             column = frame.columns[0]
@@ -172,6 +190,7 @@ def read_labels(path):
             )
         return frame[column].to_numpy()
     arrays = read_arrays(path)
+    _refuse_beside_labels(arrays, path, "array")
     key = label_key(arrays, path)
     if key is None and len(arrays) == 1:
         key = next(iter(arrays))

@@ -664,3 +664,34 @@ def test_misplaced_sample_weights_are_refused(
         message,
     )
     assert not (tmp_path / "t.skops").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv_weight", "csv_split", "npz_weight"])
+def test_labels_file_with_weights_or_split_is_refused(capsys, tmp_path, fmt):
+    # A --labels file's sample_weight or split was dropped without a word:
+    # the fit was unweighted, or on every row instead of the val rows.
+    import pandas as pd
+
+    logits, y = make_logits(n_samples=60, n_classes=3, seed=0)
+    np.save(tmp_path / "l.npy", logits)
+    if fmt == "npz_weight":
+        np.savez(tmp_path / "y.npz", y=y, sample_weight=np.ones(60))
+        labels, name = tmp_path / "y.npz", "array 'sample_weight'"
+    else:
+        extra = {"csv_weight": ("Sample_Weight", 1.0), "csv_split": ("split", "val")}
+        column, value = extra[fmt]
+        pd.DataFrame({"label": y, column: value}).to_csv(
+            tmp_path / "y.csv", index=False
+        )
+        labels, name = tmp_path / "y.csv", f"column {column!r}"
+    for command in (
+        ["fit", "--method", "temp", "-o", tmp_path / "t.skops", "--logits"],
+        ["report", "--methods", "temp", "--cv", "2", "--logits"],
+    ):
+        assert_usage_error(
+            capsys,
+            [*command, tmp_path / "l.npy", "--labels", labels],
+            name,
+            "would not be read",
+        )
+    assert not (tmp_path / "t.skops").exists()
