@@ -93,9 +93,11 @@ def _methods_epilog():
         f"methods: {names}\n"
         f"bundled sets (--dataset): {', '.join(list_logits())}\n\n"
         "input files: .npy (a logits array; labels via --labels), .npz (keys "
-        "logits_val, y_val, logits_test, y_test, or logits with y or labels), "
+        "logits_val, y_val, logits_test, y_test, or logits with y or labels; "
+        "fit weighs by sample_weight, or sample_weight_val, where present), "
         ".csv with a header row (logit columns, a 'label' or 'y' column, an "
-        "optional 'split' column of val/test), .parquet (same columns; needs "
+        "optional 'split' column of val/test and 'sample_weight' column), "
+        ".parquet (same columns; needs "
         "pyarrow), .pt (a tensor, a (logits, labels) pair or a dict with the "
         ".npz keys; loaded with weights_only=True); a folder of .npz chunks, "
         "of .npy arrays or a zarr store (the same key names) is read chunk by "
@@ -112,6 +114,36 @@ def _add_overwrite(parser, what):
         action="store_true",
         help=f"replace {what} if it exists (an input file is never replaced)",
     )
+
+
+def _device(text):
+    """``--device``: checked when the command line is read, as the library
+    checks its ``device=``, so that a misspelt device is refused by every
+    command (``apply`` with a method that predicts in numpy never looks at
+    it; ``report`` recorded it as the failure of every method)."""
+    from ..utils._validation import check_device
+
+    try:
+        return check_device(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).rstrip(".")) from exc
+
+
+# numpy's seeds (RandomState, hence scikit-learn's folds) are 32-bit.
+_MAX_SEED = 2**32 - 1
+
+
+def _seed(text):
+    """``--seed``: an integer numpy accepts as a seed, checked before any fit."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 0 <= value <= _MAX_SEED:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 2**32 - 1 ({_MAX_SEED}), got {value}"
+        )
+    return value
 
 
 def _add_classes(parser):
@@ -191,12 +223,15 @@ def build_parser():
     )
     report.add_argument(
         "--seed",
-        type=int,
+        type=_seed,
         default=0,
         help="seed of the folds and of stochastic methods (default: 0)",
     )
     report.add_argument(
-        "--device", help="device of torch-backed methods (default: theirs)"
+        "--device",
+        type=_device,
+        help="device of torch-backed methods: auto, cpu, cuda or cuda:N "
+        "(default: theirs)",
     )
     report.set_defaults(handler=run_report)
 
@@ -223,7 +258,7 @@ def build_parser():
         "-o", "--output", required=True, metavar="PATH", help="e.g. calibrator.skops"
     )
     _add_overwrite(fit, "PATH")
-    fit.add_argument("--device", help="device of a torch-backed method")
+    fit.add_argument("--device", type=_device, help="device of a torch-backed method")
     fit.add_argument(
         "--param",
         action="append",
@@ -254,7 +289,7 @@ def build_parser():
         "-o", "--output", required=True, metavar="PATH", help="e.g. probs.npy"
     )
     _add_overwrite(apply, "PATH")
-    apply.add_argument("--device", help="device of a torch-backed method")
+    apply.add_argument("--device", type=_device, help="device of a torch-backed method")
     apply.set_defaults(handler=run_apply)
     return parser
 

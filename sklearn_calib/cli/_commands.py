@@ -36,13 +36,13 @@ from ._html import html_report
 from ._io import (
     OUTPUT_SUFFIXES,
     atomic_path,
-    atomic_writer,
     check_output,
     check_output_folder,
     write_bytes,
     write_proba,
 )
 from ._methods import (
+    dumps_loadable,
     import_skops,
     load_calibrator,
     make_calibrator,
@@ -85,7 +85,7 @@ def run_fit(args, out=None):
             )
         _chunked.check_not_inside(output, [args.logits])
     cls = resolve_method(args.method)
-    sio = import_skops()
+    import_skops()  # a missing skops ends the command before any fitting
     params = parse_params(args.param)
     if args.classes is not None and "classes" in params:
         raise CommandError("give the classes as --classes or --param, not both")
@@ -109,7 +109,9 @@ def run_fit(args, out=None):
                 # times; a method without a chunked fit raises its TypeError.
                 estimator.fit_chunks(data)
             else:
-                estimator.fit(data.logits, data.y)
+                # Weights stored beside the logits weigh the fit, as in a
+                # folder of chunks (fit_chunks reads them there).
+                estimator.fit(data.logits, data.y, sample_weight=data.sample_weight)
         except _NUMERIC_FAILURES as exc:
             raise CommandError(
                 f"{args.logits}: {cls.__name__} failed to fit ({failure_reason(exc)})"
@@ -124,8 +126,7 @@ def run_fit(args, out=None):
         check_column_names(data.names, estimator.classes_, args.logits)
     for line in warning_lines(caught):
         print(f"warning: {line}", file=sys.stderr)
-    with atomic_writer(output) as handle:
-        sio.dump(estimator, handle)
+    write_bytes(output, dumps_loadable(estimator))
     n, k = shape
     print(
         f"{cls.__name__} fitted on {n} samples x {k} logit columns{n_chunks} in "
@@ -279,6 +280,16 @@ def report_data(args):
         }
         return splits, f"bundled set {name}", data.DESCR
     splits = read_splits(args.file, args.labels)
+    if any(split.sample_weight is not None for split in splits.values()):
+        # In memory, report's fits, scores, prediction sets and decisions
+        # are unweighted: ignoring the weights would report on other data
+        # than the file describes (fit and a folder of chunks weigh them).
+        raise CommandError(
+            f"{args.file}: holds sample weights, which report does not use on "
+            "data in memory (its fits, scores, prediction sets and decisions "
+            "are unweighted); give a folder of chunks (report weighs fits and "
+            "metrics there), or remove the weights"
+        )
     return splits, str(args.file), None
 
 
@@ -355,21 +366,31 @@ def run_report(args, out=None):
     # evaluation samples are split at random into calibration and evaluation
     # halves (seeded), as in the conformal-prediction papers.
     from ..conformal import conformal_report
-
-    n_splits = 20
-    prediction_sets = conformal_report(
-        y_eval,
-        probabilities,
-        conformity_scores=SET_SCORES,
-        confidence_levels=SET_LEVELS,
-        n_splits=n_splits,
-        random_state=args.seed,
-        labels=column_labels(raw),
-        as_frame=False,
-    )
     from ._decisions import decision_protocol, decision_rows
 
-    decisions = decision_rows(y_eval, probabilities, seed=args.seed)
+    n_splits = 20
+    binary = len(classes) == 2 and 0 < np.count_nonzero(y_eval) < len(y_eval)
+    # The library's warnings on degenerate probabilities (a method predicting
+    # one value: its calibration slope is NaN, ...) become "warning:" lines,
+    # one per kind, as those of fit do: not Python's two lines per warning,
+    # source line included, for every method.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        prediction_sets = conformal_report(
+            y_eval,
+            probabilities,
+            conformity_scores=SET_SCORES,
+            confidence_levels=SET_LEVELS,
+            n_splits=n_splits,
+            random_state=args.seed,
+            labels=column_labels(raw),
+            as_frame=False,
+        )
+        decisions = decision_rows(y_eval, probabilities, seed=args.seed)
+        # Binary data: the clinical validation statistics of each method.
+        validation = validation_rows(y_eval, probabilities) if binary else None
+    for line in warning_lines(caught):
+        print(f"warning: {line}", file=sys.stderr)
     report = {
         "data": source,
         "evaluation": evaluation,
@@ -388,9 +409,8 @@ def run_report(args, out=None):
         "decisions": decisions,
         "decisions_protocol": decision_protocol(len(y_eval)),
     }
-    if len(classes) == 2 and 0 < np.count_nonzero(y_eval) < len(y_eval):
-        # Binary data: the clinical validation statistics of each method.
-        report["validation"] = validation_rows(y_eval, probabilities)
+    if validation is not None:
+        report["validation"] = validation
     out.write(format_report(report, args.format, stream=out))
     if args.out is not None:
         written = write_report_files(

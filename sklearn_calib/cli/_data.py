@@ -16,6 +16,7 @@ from ._common import CommandError
 from ._io import (
     LABEL_KEYS,
     SPLIT_KEYS,
+    WEIGHT_KEY,
     check_input_path,
     label_column,
     label_key,
@@ -33,6 +34,8 @@ class Split:
     y: np.ndarray | None
     # The logit columns' names, where a table (.csv, .parquet) gave them.
     names: list | None = None
+    # Sample weights stored beside the logits (WEIGHT_KEY), if any.
+    sample_weight: np.ndarray | None = None
 
 
 def as_logits(array, where):
@@ -151,6 +154,23 @@ def check_columns_match_calibrator(names, classes, path):
     )
 
 
+def _refuse_beside_labels(names, path, kind):
+    """Refuse sample weights or a split column in a ``--labels`` file.
+
+    They belong beside the logits, where they are read; in a labels file
+    they would be dropped without a word (a fit unweighted, or on every
+    row instead of the val rows).
+    """
+    for name in names:
+        text = str(name).strip().lower()
+        if text.startswith(WEIGHT_KEY) or text == "split":
+            raise CommandError(
+                f"{path}: a --labels file holds the labels only; its {kind} "
+                f"{str(name)!r} would not be read: store sample weights and the "
+                "split in the logits file, beside the logits"
+            )
+
+
 def read_labels(path):
     """Read a labels file: a 1-D array, or a table/archive with a label column."""
     path = check_input_path(path)
@@ -159,6 +179,7 @@ def read_labels(path):
             frame = _read_table(path)
         except (OSError, ValueError) as exc:
             raise CommandError(f"{path}: cannot be read ({exc})") from exc
+        _refuse_beside_labels(frame.columns, path, "column")
         column = label_column(frame, path)
         if column is None and frame.shape[1] == 1:
             column = frame.columns[0]
@@ -169,6 +190,7 @@ def read_labels(path):
             )
         return frame[column].to_numpy()
     arrays = read_arrays(path)
+    _refuse_beside_labels(arrays, path, "array")
     key = label_key(arrays, path)
     if key is None and len(arrays) == 1:
         key = next(iter(arrays))
@@ -178,6 +200,33 @@ def read_labels(path):
             f"named {' / '.join(LABEL_KEYS)} (found: {', '.join(arrays)})"
         )
     return arrays[key]
+
+
+def _sample_weight(arrays, path, key, n_samples, *, layout):
+    """The 1-D weights stored under ``key``, or None; ``layout`` names the
+    other weight keys, which belong to the other layout (one or two splits)."""
+    for other in layout:
+        if other in arrays:
+            raise CommandError(
+                f"{path}: holds {other}, but its logits are "
+                + (
+                    f"one split (logits): name the weights {WEIGHT_KEY}"
+                    if key == WEIGHT_KEY
+                    else f"two splits (logits_val, logits_test): name the "
+                    f"weights {WEIGHT_KEY}_val and {WEIGHT_KEY}_test"
+                )
+            )
+    if key not in arrays:
+        return None
+    weights = np.asarray(arrays[key])
+    if weights.ndim == 2 and weights.shape[1] == 1:
+        weights = weights[:, 0]
+    if weights.ndim != 1 or weights.shape[0] != n_samples:
+        raise CommandError(
+            f"{path} [{key}]: sample weights must be 1-D with one weight per row "
+            f"of logits ({n_samples}), got shape {weights.shape}"
+        )
+    return weights
 
 
 def _keys_message(path, arrays):
@@ -218,7 +267,14 @@ def read_splits(path, labels_path=None, *, need_labels=True):
                 splits[part] = Split(logits, None, names)
                 continue
             y = as_labels(arrays[y_key], f"{path} [{y_key}]", logits.shape[0])
-            splits[part] = Split(logits, y, names)
+            weights = _sample_weight(
+                arrays,
+                path,
+                f"{WEIGHT_KEY}_{part}",
+                logits.shape[0],
+                layout=(WEIGHT_KEY,),
+            )
+            splits[part] = Split(logits, y, names, weights)
     elif "logits" in arrays:
         logits = as_logits(arrays["logits"], f"{path} [logits]")
         key = label_key(arrays, path)
@@ -243,7 +299,14 @@ def read_splits(path, labels_path=None, *, need_labels=True):
             )
         if y is not None:
             y = as_labels(y, where, logits.shape[0])
-        splits["val"] = Split(logits, y, names)
+        weights = _sample_weight(
+            arrays,
+            path,
+            WEIGHT_KEY,
+            logits.shape[0],
+            layout=(f"{WEIGHT_KEY}_val", f"{WEIGHT_KEY}_test"),
+        )
+        splits["val"] = Split(logits, y, names, weights)
     elif "logits_test" in arrays and not need_labels:
         splits["val"] = Split(as_logits(arrays["logits_test"], f"{path}"), None)
     else:

@@ -36,6 +36,10 @@ OUTPUT_SUFFIXES = (".npy", ".npz", ".csv")
 # Names of a label key (.npz, .pt) or column (.csv, .parquet), any case.
 LABEL_KEYS = ("y", "labels", "label")
 SPLIT_KEYS = {"val": ("logits_val", "y_val"), "test": ("logits_test", "y_test")}
+# Sample weights: this key (.npz, .pt) or column (.csv, .parquet, any case)
+# for one split, WEIGHT_KEY + "_val" / "_test" for two, as in a folder of
+# chunks.
+WEIGHT_KEY = "sample_weight"
 
 
 def label_key(names, path, *, kind="keys"):
@@ -356,7 +360,10 @@ def frame_to_arrays(frame, path):
     check_table_shape(frame, path)
     labels = label_column(frame, path)
     split_column = _named_column(frame, ("split",), path, "split column")
-    logit_columns = [c for c in frame.columns if c not in (labels, split_column)]
+    weights = _named_column(frame, (WEIGHT_KEY,), path, "weight column")
+    logit_columns = [
+        c for c in frame.columns if c not in (labels, split_column, weights)
+    ]
     if not logit_columns:
         raise CommandError(f"{path}: no logit columns found")
     for column in logit_columns:
@@ -368,12 +375,15 @@ def frame_to_arrays(frame, path):
             )
     logits = _logit_block(frame[logit_columns])
     y = frame[labels].to_numpy() if labels is not None else None
+    w = frame[weights].to_numpy() if weights is not None else None
     arrays = TableArrays()
     arrays.logit_names = [str(c).strip() for c in logit_columns]
     if split_column is None:
         arrays["logits"] = logits
         if y is not None:
             arrays["y"] = y
+        if w is not None:
+            arrays[WEIGHT_KEY] = w
         return arrays
     split = frame[split_column].astype(str).str.strip().str.lower().to_numpy()
     unknown = sorted(set(split) - {"val", "test"})
@@ -387,6 +397,8 @@ def frame_to_arrays(frame, path):
             arrays[logits_key] = logits[rows]
             if y is not None:
                 arrays[y_key] = y[rows]
+            if w is not None:
+                arrays[f"{WEIGHT_KEY}_{part}"] = w[rows]
     return arrays
 
 

@@ -147,7 +147,7 @@ def parse_classes(spec, n_columns):
 def with_classes_hint(exc):
     """The message of a ValueError, with ``CLASSES_HINT`` where it asks for classes=."""
     text = first_line(exc)
-    return f"{text} {CLASSES_HINT}" if "pass classes=" in text else text
+    return f"{text} {CLASSES_HINT}" if "pass classes=" in text.lower() else text
 
 
 def import_skops():
@@ -160,6 +160,33 @@ def import_skops():
             "'sklearn-calib[cli]' (or skops)"
         ) from exc
     return skops.io
+
+
+def dumps_loadable(estimator):
+    """The skops bytes of a fitted ``estimator``, if ``apply`` can load them.
+
+    ``apply`` trusts only the library's types (:func:`load_calibrator`); a
+    selector fitted with a scikit-learn scorer name (``--param
+    scoring=accuracy``) holds scikit-learn's scorer and metric, so the file
+    would be refused there. Such a fit is refused here, before anything is
+    written.
+    """
+    sio = import_skops()
+    from ..utils.persistence import skops_trusted_types
+
+    data = sio.dumps(estimator)
+    untrusted = sorted(
+        set(sio.get_untrusted_types(data=data)) - set(skops_trusted_types())
+    )
+    if untrusted:
+        raise CommandError(
+            f"the fitted {type(estimator).__name__} holds types other than "
+            f"sklearn-calib's ({', '.join(untrusted)}), so 'apply' would refuse "
+            "its file; nothing was written. For a scorer, name one of the "
+            "library's own (neg_log_loss, neg_multiclass_brier_score, "
+            "neg_expected_calibration_error, ...)"
+        )
+    return data
 
 
 def load_calibrator(path):
@@ -196,4 +223,16 @@ def load_calibrator(path):
             f"{path}: holds a {type(estimator).__name__}, not a calibrator of "
             "logits; save one with 'sklearn-calib fit'"
         )
+    from sklearn.exceptions import NotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    try:
+        check_is_fitted(estimator)
+    except NotFittedError as exc:
+        # An unfitted calibrator (skops.io.dump(TemperatureScaling())) has no
+        # classes_: apply stopped with Python's AttributeError.
+        raise CommandError(
+            f"{path}: holds an unfitted {type(estimator).__name__}; save a "
+            "fitted one (sklearn-calib fit)"
+        ) from exc
     return estimator

@@ -70,6 +70,26 @@ def test_ambiguous_labels_name_the_option(capsys, vocabulary_npz, tmp_path):
     )
 
 
+def test_labels_of_one_class_name_the_option(capsys, tmp_path):
+    # The library's "Pass classes=" (capitalised) did not get the command
+    # line's hint: fit and report told a command-line user to pass a Python
+    # argument, not --classes.
+    logits = np.random.default_rng(0).normal(size=(20, 3))
+    np.savez(tmp_path / "one.npz", logits=logits, y=np.zeros(20, dtype=int))
+    for args in (
+        _fit_args(tmp_path / "one.npz", tmp_path / "t.skops", method="temp"),
+        ["report", tmp_path / "one.npz", "--methods", "temp", "--cv", "2"],
+    ):
+        assert_usage_error(capsys, args, "only 1 class", "--classes index")
+    status, _, err = call(
+        capsys,
+        *_fit_args(tmp_path / "one.npz", tmp_path / "t.skops", method="temp"),
+        "--classes",
+        "index",
+    )
+    assert status == 0, err
+
+
 def test_report_with_classes_equals_the_python_api(capsys, vocabulary_npz, vocabulary):
     logits, y = vocabulary
     report = _report(

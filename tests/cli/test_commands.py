@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 
-from sklearn_calib import TemperatureScaling, cli
+from sklearn_calib import CalibratorSelector, TemperatureScaling, cli
 from sklearn_calib.cli import _methods
 from sklearn_calib.utils._testing import make_logits
 
@@ -161,6 +161,47 @@ def test_fit_param_sets_constructor_parameters(capsys, tmp_path, logits_y):
     )
 
 
+def test_fit_refuses_to_save_what_apply_would_refuse(capsys, tmp_path, logits_y):
+    # A selector fitted with a scikit-learn scorer name holds scikit-learn's
+    # scorer and metric, which apply does not trust: fit saved the file
+    # (exit 0) and apply then refused it. fit now says so and writes nothing.
+    pytest.importorskip("skops")
+    logits, y = logits_y
+    np.savez(tmp_path / "l.npz", logits=logits, y=y)
+    args = ["fit", "--method", "CalibratorSelector", "--logits", tmp_path / "l.npz"]
+    args += ["--param", "cv=2"]  # fast
+    line = assert_usage_error(
+        capsys,
+        [*args, "-o", tmp_path / "s.skops", "--param", "scoring=accuracy"],
+        "'apply' would refuse",
+        "sklearn.metrics._scorer._Scorer",
+    )
+    assert "nothing was written" in line
+    assert not (tmp_path / "s.skops").exists()
+    assert not list(tmp_path.glob(".s.skops.*"))
+    # With one of the library's scorers the file round-trips through apply.
+    scoring = "neg_multiclass_brier_score"
+    status, _, err = call(
+        capsys, *args, "-o", tmp_path / "s.skops", "--param", f"scoring={scoring}"
+    )
+    assert status == 0, err
+    np.save(tmp_path / "new.npy", logits[:50])
+    status, _, err = call(
+        capsys,
+        "apply",
+        tmp_path / "s.skops",
+        "--logits",
+        tmp_path / "new.npy",
+        "-o",
+        tmp_path / "p.npy",
+    )
+    assert status == 0, err
+    reference = CalibratorSelector(scoring=scoring, cv=2).fit(logits, y)
+    np.testing.assert_array_equal(
+        np.load(tmp_path / "p.npy"), reference.predict_proba(logits[:50])
+    )
+
+
 def test_fit_without_skops_is_a_clear_error(capsys, monkeypatch, tmp_path, logits_y):
     monkeypatch.setitem(sys.modules, "skops", None)
     monkeypatch.setitem(sys.modules, "skops.io", None)
@@ -260,6 +301,25 @@ def test_apply_refuses_a_non_calibrator(capsys, tmp_path):
         ],
         "LogisticRegression, not a calibrator",
     )
+
+
+@pytest.mark.parametrize("name", sorted(cli.calibrator_classes()))
+def test_apply_refuses_an_unfitted_calibrator(capsys, tmp_path, logits_y, name):
+    # skops.io.dump(TemperatureScaling()) loaded, and apply ended with
+    # Python's AttributeError (no classes_) and a traceback.
+    skops_io = pytest.importorskip("skops.io")
+    skops_io.dump(cli.calibrator_classes()[name](), tmp_path / "c.skops")
+    (tmp_path / "chunks").mkdir()
+    np.save(tmp_path / "chunks" / "logits.npy", logits_y[0][:5])
+    # A file, and a folder of chunks.
+    for logits in (tmp_path / "chunks" / "logits.npy", tmp_path / "chunks"):
+        assert_usage_error(
+            capsys,
+            ["apply", tmp_path / "c.skops", "--logits", logits]
+            + ["-o", tmp_path / "p.npy"],
+            f"holds an unfitted {name}",
+        )
+    assert not (tmp_path / "p.npy").exists()
 
 
 def test_apply_on_junk_file(capsys, tmp_path):

@@ -575,3 +575,123 @@ def test_csv_with_an_unnamed_index_column(capsys, tmp_path, logits_y):
     frame.to_csv(tmp_path / "n.csv", index=False)
     report = report_json(capsys, tmp_path / "n.csv", "--methods", "temp")
     assert report["n_classes"] == 4
+
+
+def _weighted_file(tmp_path, fmt, logits, y, w):
+    """One split (or two, ``*_split``) with sample weights, in format ``fmt``."""
+    import pandas as pd
+
+    if fmt == "npz":
+        np.savez(tmp_path / "w.npz", logits=logits, y=y, sample_weight=w)
+        return tmp_path / "w.npz"
+    if fmt == "npz_split":
+        n = len(y) // 2
+        np.savez(
+            tmp_path / "w.npz",
+            logits_val=logits[:n],
+            y_val=y[:n],
+            sample_weight_val=w[:n],
+            logits_test=logits[n:],
+            y_test=y[n:],
+        )
+        return tmp_path / "w.npz"
+    if fmt == "pt":
+        torch = pytest.importorskip("torch")
+        torch.save(
+            {
+                "logits": torch.from_numpy(logits),
+                "y": torch.from_numpy(y),
+                "sample_weight": torch.from_numpy(w),
+            },
+            tmp_path / "w.pt",
+        )
+        return tmp_path / "w.pt"
+    frame = pd.DataFrame(logits, columns=[f"z{k}" for k in range(logits.shape[1])])
+    frame["Sample_Weight"] = w
+    frame["label"] = y
+    if fmt == "csv_split":
+        frame["split"] = np.where(np.arange(len(y)) < len(y) // 2, "val", "test")
+    frame.to_csv(tmp_path / "w.csv", index=False)
+    return tmp_path / "w.csv"
+
+
+@pytest.mark.parametrize("fmt", ["npz", "npz_split", "pt", "csv", "csv_split"])
+def test_fit_weighs_by_the_stored_sample_weight(capsys, tmp_path, logits_y, fmt):
+    # A sample_weight array beside the logits weighs the fit of a folder of
+    # chunks; in a file it was silently dropped (an .npz: the unweighted
+    # temperature; a .csv: the weights read as one more logit column).
+    pytest.importorskip("skops")
+    logits, y = logits_y
+    logits = np.round(logits, 6)  # what a CSV file holds
+    w = np.random.default_rng(0).uniform(0.1, 3.0, len(y)).round(6)
+    path = _weighted_file(tmp_path, fmt, logits, y, w)
+    status, out, err = call(
+        capsys, "fit", "--method", "temp", "--logits", path, "-o", tmp_path / "t.skops"
+    )
+    assert status == 0, err
+    n = len(y) // 2 if fmt.endswith("split") else len(y)
+    assert f"fitted on {n} samples x 4 logit columns" in out
+    fitted = cli.load_calibrator(tmp_path / "t.skops")
+    weighted = TemperatureScaling(device="cpu").fit(
+        logits[:n], y[:n], sample_weight=w[:n]
+    )
+    plain = TemperatureScaling(device="cpu").fit(logits[:n], y[:n])
+    assert fitted.temperature_ == pytest.approx(weighted.temperature_, rel=1e-9)
+    assert abs(plain.temperature_ - weighted.temperature_) > 1e-3
+    # report's metrics in memory are unweighted: it refuses such a file.
+    assert_usage_error(capsys, ["report", path, "--methods", "temp"], "weights")
+
+
+@pytest.mark.parametrize(
+    "arrays, message",
+    [
+        ({"sample_weight_val": 1}, "name the weights sample_weight"),
+        ({"sample_weight": 0}, "shape (120,)"),
+        ({"sample_weight": 2}, "shape (300, 2)"),
+    ],
+)
+def test_misplaced_sample_weights_are_refused(
+    capsys, tmp_path, logits_y, arrays, message
+):
+    logits, y = logits_y
+    ((key, kind),) = arrays.items()
+    w = {0: np.ones(120), 1: np.ones(len(y)), 2: np.ones((len(y), 2))}[kind]
+    np.savez(tmp_path / "w.npz", logits=logits, y=y, **{key: w})
+    assert_usage_error(
+        capsys,
+        ["fit", "--method", "temp", "--logits", tmp_path / "w.npz"]
+        + ["-o", tmp_path / "t.skops"],
+        message,
+    )
+    assert not (tmp_path / "t.skops").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv_weight", "csv_split", "npz_weight"])
+def test_labels_file_with_weights_or_split_is_refused(capsys, tmp_path, fmt):
+    # A --labels file's sample_weight or split was dropped without a word:
+    # the fit was unweighted, or on every row instead of the val rows.
+    import pandas as pd
+
+    logits, y = make_logits(n_samples=60, n_classes=3, seed=0)
+    np.save(tmp_path / "l.npy", logits)
+    if fmt == "npz_weight":
+        np.savez(tmp_path / "y.npz", y=y, sample_weight=np.ones(60))
+        labels, name = tmp_path / "y.npz", "array 'sample_weight'"
+    else:
+        extra = {"csv_weight": ("Sample_Weight", 1.0), "csv_split": ("split", "val")}
+        column, value = extra[fmt]
+        pd.DataFrame({"label": y, column: value}).to_csv(
+            tmp_path / "y.csv", index=False
+        )
+        labels, name = tmp_path / "y.csv", f"column {column!r}"
+    for command in (
+        ["fit", "--method", "temp", "-o", tmp_path / "t.skops", "--logits"],
+        ["report", "--methods", "temp", "--cv", "2", "--logits"],
+    ):
+        assert_usage_error(
+            capsys,
+            [*command, tmp_path / "l.npy", "--labels", labels],
+            name,
+            "would not be read",
+        )
+    assert not (tmp_path / "t.skops").exists()

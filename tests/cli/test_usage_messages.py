@@ -9,6 +9,8 @@ import pickle
 import numpy as np
 import pytest
 
+from sklearn_calib import TemperatureScaling
+
 from .conftest import assert_usage_error, call, run_cli
 
 
@@ -163,3 +165,68 @@ def test_refused_pt_pickle_prints_one_line_and_no_torch_warning(tmp_path):
     assert len(lines) == 1, result.stderr
     assert "not written by torch.save" in lines[0]
     assert "Warning" not in result.stderr
+
+
+def _argparse_error(capsys, args):
+    """Run ``cli.main`` on arguments that argparse refuses; its one line."""
+    with pytest.raises(SystemExit) as exit_info:
+        call(capsys, *args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    return lines[0]
+
+
+@pytest.mark.parametrize("device", ["nonsense", "CUDA", "gpu", "cuda:x", ""])
+def test_misspelt_device_is_refused_by_every_command(
+    capsys, tmp_path, logits_y, device
+):
+    # apply with a calibrator that predicts in numpy never looked at --device
+    # and wrote its probabilities with exit status 0; report recorded the
+    # device as the failure of every method, with exit status 0.
+    skops_io = pytest.importorskip("skops.io")
+    logits, y = logits_y
+    skops_io.dump(
+        TemperatureScaling(device="cpu").fit(logits, y), tmp_path / "ts.skops"
+    )
+    np.savez(tmp_path / "one.npz", logits=logits, y=y)
+    commands = [
+        ["apply", tmp_path / "ts.skops", "--logits", tmp_path / "one.npz"]
+        + ["-o", tmp_path / "p.npy"],
+        ["fit", "--method", "temp", "--logits", tmp_path / "one.npz"]
+        + ["-o", tmp_path / "c.skops"],
+        ["report", tmp_path / "one.npz", "--methods", "temp"],
+    ]
+    for args in commands:
+        line = _argparse_error(capsys, [*args, "--device", device])
+        assert "argument --device" in line and f"device={device!r}" in line
+    assert not (tmp_path / "p.npy").exists()
+    assert not (tmp_path / "c.skops").exists()
+
+
+@pytest.mark.parametrize("seed", ["-1", str(2**32), "x"])
+def test_seed_numpy_refuses_is_a_usage_error(capsys, npz_two_splits, seed):
+    # A seed outside numpy's 32 bits failed every method's row, then ended
+    # the report with numpy's "Seed must be between 0 and 2**32 - 1", which
+    # did not say which option.
+    line = _argparse_error(
+        capsys, ["report", npz_two_splits, "--methods", "temp", "--seed", seed]
+    )
+    assert "argument --seed" in line and repr(seed)[1:-1] in line
+
+
+def test_largest_seed_numpy_takes_is_accepted(capsys, npz_two_splits):
+    status, out, err = call(
+        capsys,
+        "report",
+        npz_two_splits,
+        "--methods",
+        "temp",
+        "--format",
+        "json",
+        "--seed",
+        str(2**32 - 1),
+    )
+    assert status == 0, err
+    assert "failed" not in out

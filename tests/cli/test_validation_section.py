@@ -58,3 +58,31 @@ def test_binary_html_page_has_the_section(capsys, tmp_path, binary_npz):
     assert "<h2>Clinical validation</h2>" in page
     saved = json.loads((out_dir / "results.json").read_text())
     assert np.isfinite(saved["validation"]["Uncalibrated"][1]["value"])
+
+
+def test_degenerate_probabilities_warn_in_one_line_per_kind(capsys, tmp_path):
+    # Constant binary logits: every method predicts one probability, so each
+    # method's calibration slope is NaN (an empty cell) and the library warns.
+    # Those warnings went to stderr as Python prints them, two lines (path
+    # and source line) per warning for every method; they are now
+    # "warning:" lines, one per kind, as those of fit.
+    y = np.random.default_rng(0).integers(0, 2, 300)
+    save_two_splits(tmp_path / "flat.npz", np.zeros(300), y, 200)
+    status, out, err = call(
+        capsys,
+        "report",
+        tmp_path / "flat.npz",
+        "--methods",
+        "TemperatureScaling,PlattScaling",
+        "--format",
+        "json",
+    )
+    assert status == 0, err
+    report = json.loads(out)
+    slopes = [rows[1] for rows in report["validation"].values()]
+    assert all(r["statistic"] == "calibration slope" for r in slopes)
+    assert all(r["value"] is None for r in slopes)
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith("warning: ") for line in lines), err
+    slope_lines = [line for line in lines if "not identifiable" in line]
+    assert len(slope_lines) == 1 and "(and 2 more like it)" in slope_lines[0], err
