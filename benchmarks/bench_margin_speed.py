@@ -17,8 +17,11 @@ Parts (``--part``, default all):
   on 5,000 x 100 and on the first 200 val rows (100 classes).
 - ``selector``: CalibratorSelector (5 folds; the default candidates, and
   MarginTemperatureScaling's three) against the sum of one full fit of each
-  candidate, with ``n_jobs`` 1 and 2, each fitted twice in a row (the first
-  call with ``n_jobs`` 2 starts joblib's workers), then with ``n_jobs`` 1
+  candidate, with ``n_jobs`` 1 and 2, each fitted twice in a row (with
+  ``n_jobs`` 2 the folds run in threads, the selector's default since the
+  session of 2026-12-08; then twice more in joblib's loky worker processes,
+  the default before, whose first call starts the workers), then with
+  ``n_jobs`` 1
   and ``fold_tol=None`` (every fold fit to its candidate's own ``tol``), and
   with ``n_jobs`` 1 on the paths of main before the fourth session of
   2026-12-06 (``fold_tol=None``, each candidate fitting its own temperature
@@ -346,6 +349,7 @@ def previous_selector_paths():
 
 
 def part_selector(names, n_jobs_list):
+    from joblib import parallel_config
     from sklearn.base import clone
     from sklearn.model_selection import cross_validate
 
@@ -373,20 +377,24 @@ def part_selector(names, n_jobs_list):
                     total += wall
                 for n_jobs in n_jobs_list:
                     kwargs = {} if n_jobs is None else {"n_jobs": n_jobs}
-                    # The first call with n_jobs > 1 starts joblib's worker
-                    # processes (each imports torch); the second reuses them.
+                    # With n_jobs > 1 the folds run in threads; the first
+                    # call in loky's worker processes starts them (each
+                    # imports torch), the second reuses them.
                     calls = ["first", "second"]
                     if n_jobs in (None, 1):
                         calls += ["fold_tol=None", "previous paths"]
+                    else:
+                        calls += ["loky, first", "loky, second"]
                     for call in calls:
                         if call in ("fold_tol=None", "previous paths"):
                             kwargs["fold_tol"] = None
                         model = CalibratorSelector(candidates, **kwargs)
-                        paths = (
-                            previous_selector_paths()
-                            if call == "previous paths"
-                            else nullcontext()
-                        )
+                        if call == "previous paths":
+                            paths = previous_selector_paths()
+                        elif call.startswith("loky"):
+                            paths = parallel_config(backend="loky")
+                        else:
+                            paths = nullcontext()
                         with paths:
                             wall, _, _ = timed(model.fit, X, y)
                         ece, nll = quality(yt, model.predict_proba(Xt))
