@@ -974,3 +974,28 @@ def test_hosmer_lemeshow_external_validation_has_g_degrees_of_freedom():
     assert external.pvalue == pytest.approx(stats.chi2.sf(external.statistic, 10))
     frame = validation_report(y, p, external=True).to_frame()
     assert "Hosmer-Lemeshow (chi2, 10 df)" in frame.index
+
+
+@pytest.mark.parametrize("tiny", [8.5e-261, 1e-200, 1e-100, 1e-20])
+def test_loess_window_far_narrower_than_the_spread_of_the_rows(tiny):
+    # The smooth calibration curve's local windows at 0 and at `tiny` are
+    # `tiny` wide beside rows 1 away: their scaled offsets (1 / tiny) reached
+    # inf in the powers of the normal equations, 0 * inf made the moments NaN
+    # and validation_report failed with numpy's "Eigenvalues did not
+    # converge" (sklearn-calib report on 5 binary rows, a method predicting
+    # 8.5e-261). Rows outside a window add nothing, whatever their distance.
+    from sklearn_calib.metrics._smooth_curve import flexible_curve
+
+    y = np.array([0, 0, 0, 1, 1])
+    p = np.array([0.0, 0.0, tiny, 0.999990728, 1.0])
+    curve = flexible_curve(p, y, np.ones(5), span=0.75, degree=2, confidence_level=0.95)
+    reference = flexible_curve(
+        np.where(p == tiny, 1e-20, p), y, np.ones(5), span=0.75, degree=2,
+        confidence_level=0.95,
+    )  # fmt: skip
+    for got, expected in zip(curve[1:], reference[1:], strict=True):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15)
+    # (the predictions separate the outcomes: the recalibration fit says so)
+    with pytest.warns(ConvergenceWarning):
+        report = validation_report(y, p)
+    assert np.isfinite(report.rows[0]["value"])

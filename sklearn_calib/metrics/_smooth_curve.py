@@ -147,7 +147,12 @@ def loess_fit(x0, position, weight, outcome, squared, bandwidth, degree):
         # Columns (x - x0)^k / h^k keep the normal equations well scaled;
         # the Gram matrix needs only the moments of orders 0 .. 2 degree.
         scale = np.where(h > 0, h, 1.0)
-        scaled = offset / scale
+        # Rows outside the window (kernel 0) add nothing: their scaled
+        # offsets are set to 0, not left to reach inf in the powers (a
+        # window of 1e-260 beside rows 1 away: 0 * inf made the moments NaN
+        # and the least-norm solve failed, 'Eigenvalues did not converge').
+        with np.errstate(over="ignore"):
+            scaled = np.where(kernel > 0, offset / scale, 0.0)
         k_weight = kernel * weight
         moments = np.empty((scaled.shape[0], 2 * degree + 1))
         targets = np.empty((scaled.shape[0], degree + 1))
