@@ -23,7 +23,7 @@ from sklearn_calib.metrics import (
     rms_calibration_error,
     smooth_calibration_error,
 )
-from sklearn_calib.metrics._bin_statistics import top_label
+from sklearn_calib.metrics._bin_statistics import top_label, uniform_bin_index
 from sklearn_calib.metrics._bootstrap import counts_of, resample_indices
 from sklearn_calib.metrics._report import REPORT_METRICS
 from sklearn_calib.metrics._smooth_curve import weighted_quantile
@@ -164,6 +164,23 @@ def test_edge_values_go_into_the_lower_bin():
     # 0.5 is the edge between the two bins of (0, .5] and (.5, 1].
     curve = calibration_curve([0, 0, 1], [[0.5, 0.5], [0.6, 0.4], [0.2, 0.8]], n_bins=2)
     np.testing.assert_array_equal(curve.count, [1, 2])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_edge_b_over_m_goes_into_the_lower_bin(dtype):
+    # ceil(M * s) - 1 rounds the product: 0.56 * 25 is 14.000000000000002,
+    # so the edge 14 / 25 went into (0.56, 0.6] (362 of the 9900 inner edges
+    # of M <= 100 in float64 and float32); an ulp above an edge goes above.
+    for m in range(1, 101):
+        b = np.arange(m + 1)
+        edges = b.astype(dtype) / dtype(m)
+        np.testing.assert_array_equal(
+            uniform_bin_index(edges, m), np.clip(b - 1, 0, m - 1)
+        )
+        above = np.nextafter(edges[:-1], dtype(2))
+        np.testing.assert_array_equal(uniform_bin_index(above, m), b[:-1])
+    curve = calibration_curve([1, 1], [0.56, 0.57], n_bins=25, labels=[0, 1])
+    assert curve.count[13] == curve.count[14] == 1
 
 
 def test_hand_computed_three_bins():
