@@ -478,3 +478,15 @@ def test_sums_beyond_float64_are_refused_and_leave_the_state(make):
         assert state.n_samples == 2
         with pytest.raises(ValueError, match="NaN or infinity"):
             make().from_vector(np.full_like(before, np.inf), 3)
+
+
+@pytest.mark.parametrize(
+    "edges", [[0.2, 0.5, 0.8], [0.0, 0.5], [[0.0, 0.5, 1.0], [0.1, 0.5, 1.0]]]
+)
+def test_bin_edges_must_span_zero_to_one(edges):
+    # Edges short of 0 or 1 were taken: the scores outside them were counted
+    # in the first or last bin, whose reported edges did not hold them (a
+    # confidence of 0.9 in the bin (0.5, 0.8]).
+    multiclass = "classwise" if np.ndim(edges) == 2 else "top-label"
+    with pytest.raises(ValueError, match="start at 0 and end at 1"):
+        BinnedCalibrationAccumulator(bin_edges=edges, multiclass=multiclass)

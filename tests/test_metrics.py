@@ -17,14 +17,16 @@ from sklearn_calib.metrics import (
     calibration_report,
     classwise_calibration_error,
     expected_calibration_error,
+    flexible_calibration_curve,
     log_loss,
     maximum_calibration_error,
     rms_calibration_error,
     smooth_calibration_error,
 )
-from sklearn_calib.metrics._bin_statistics import top_label
+from sklearn_calib.metrics._bin_statistics import top_label, uniform_bin_index
 from sklearn_calib.metrics._bootstrap import counts_of, resample_indices
 from sklearn_calib.metrics._report import REPORT_METRICS
+from sklearn_calib.metrics._smooth_curve import weighted_quantile
 from sklearn_calib.utils.discovery import all_metrics
 
 
@@ -162,6 +164,23 @@ def test_edge_values_go_into_the_lower_bin():
     # 0.5 is the edge between the two bins of (0, .5] and (.5, 1].
     curve = calibration_curve([0, 0, 1], [[0.5, 0.5], [0.6, 0.4], [0.2, 0.8]], n_bins=2)
     np.testing.assert_array_equal(curve.count, [1, 2])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_every_edge_b_over_m_goes_into_the_lower_bin(dtype):
+    # ceil(M * s) - 1 rounds the product: 0.56 * 25 is 14.000000000000002,
+    # so the edge 14 / 25 went into (0.56, 0.6] (362 of the 9900 inner edges
+    # of M <= 100 in float64 and float32); an ulp above an edge goes above.
+    for m in range(1, 101):
+        b = np.arange(m + 1)
+        edges = b.astype(dtype) / dtype(m)
+        np.testing.assert_array_equal(
+            uniform_bin_index(edges, m), np.clip(b - 1, 0, m - 1)
+        )
+        above = np.nextafter(edges[:-1], dtype(2))
+        np.testing.assert_array_equal(uniform_bin_index(above, m), b[:-1])
+    curve = calibration_curve([1, 1], [0.56, 0.57], n_bins=25, labels=[0, 1])
+    assert curve.count[13] == curve.count[14] == 1
 
 
 def test_hand_computed_three_bins():
@@ -1145,3 +1164,31 @@ def test_bootstrap_refuses_more_resamples_than_an_array_holds(metric):
         bootstrap_interval(metric, y, p, n_resamples=10**12, random_state=0)
     result = bootstrap_interval(metric, y, p, n_resamples=20, random_state=0)
     assert result.resamples.shape == (20,)
+
+
+def test_flexible_curve_distances_weighted_quantile_is_type_7_extended():
+    # E50/E90 are R's type 7 quantiles; a single weight unlike the others
+    # switched them to the inverted-CDF rule, so a zero-weight row moved E50
+    # against the row dropped and weights of 1 + 1e-12 moved it by 5e-4.
+    # Positions A_k / (A_k + B_k): 0, 1/2, 1 and 0, 1/3, 1 (hand values).
+    assert weighted_quantile([0.0, 1.0, 2.0], 0.25, [1.0, 2.0, 1.0]) == 0.5
+    assert weighted_quantile([2.0, 0.0, 1.0], 0.5, [2.0, 1.0, 1.0]) == 1.25
+    rng = np.random.default_rng(3)
+    p = rng.uniform(size=300)
+    y = rng.uniform(size=300) < p**1.3
+    w = np.ones(300)
+    w[7] = 0.0
+    zero = flexible_calibration_curve(y, p, sample_weight=w)
+    dropped = flexible_calibration_curve(y[w > 0], p[w > 0])
+    assert (zero.e50, zero.e90, zero.emax) == (
+        dropped.e50,
+        dropped.e90,
+        dropped.emax,
+    )
+    assert zero.ici == pytest.approx(dropped.ici, rel=1e-12)
+    w = np.ones(300)
+    w[7] = 1 + 1e-12
+    near = flexible_calibration_curve(y, p, sample_weight=w)
+    bare = flexible_calibration_curve(y, p)
+    assert near.e50 == pytest.approx(bare.e50, abs=1e-10)
+    assert near.e90 == pytest.approx(bare.e90, abs=1e-10)

@@ -462,6 +462,15 @@ class BinnedCalibrationAccumulator(_Accumulator):
                 np.isfinite(bin_edges)
             ):
                 raise ValueError("bin_edges must be finite and non-decreasing.")
+            if np.any(bin_edges[..., 0] != 0.0) or np.any(bin_edges[..., -1] != 1.0):
+                # Scores outside the edges were counted in the first or last
+                # bin, whose reported edges then did not hold them.
+                raise ValueError(
+                    "bin_edges must start at 0 and end at 1 (in every row), so "
+                    "that the bins hold every probability; got first edges "
+                    f"{np.unique(bin_edges[..., 0]).tolist()} and last edges "
+                    f"{np.unique(bin_edges[..., -1]).tolist()}."
+                )
             n_bins = bin_edges.shape[-1] - 1
         if isinstance(n_bins, bool) or not isinstance(n_bins, Integral) or n_bins < 1:
             raise ValueError(f"n_bins must be an integer >= 1, got {n_bins!r}.")

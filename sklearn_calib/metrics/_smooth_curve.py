@@ -182,17 +182,34 @@ def loess_fit(x0, position, weight, outcome, squared, bandwidth, degree):
 
 
 def weighted_quantile(values, q, weights):
-    """R's default (type 7) quantile unweighted; inverted CDF with weights."""
+    """R's default (type 7) quantile, with weights its continuous extension.
+
+    Type 7 interpolates linearly between the sorted values, the ``k``-th
+    standing at ``(k - 1) / (n - 1)``. With weights the ``k``-th stands at
+    ``A_k / (A_k + B_k)``, ``A_k`` and ``B_k`` the total weight of the rows
+    before and after it (the weighted percentile with ``C = 1``): equal
+    weights give type 7 exactly, any common scale changes nothing, a row of
+    zero weight is a row dropped, and a weight close to the others gives a
+    quantile close to the unweighted one. Integer weights are not repeated
+    rows: type 7 itself moves when every row is repeated (the 0.9 quantile
+    of 0, 1 is 0.9, of 0, 0, 1, 1 it is 1).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    if weights is not None:
+        weights = np.asarray(weights, dtype=np.float64)
+        positive = weights > 0
+        values = values[positive]
+        weights = weights[positive] / weight_scale(weights)
+        if np.all(weights == weights[0]):
+            weights = None
     if weights is None:
         return float(np.quantile(values, q))
-    # The smallest value whose cumulative weight reaches q of the total (numpy's
-    # method="inverted_cdf" with weights, which needs numpy 2.0; the floor is 1.24).
-    values = np.asarray(values, dtype=np.float64)
-    weights = np.asarray(weights, dtype=np.float64)
     order = np.argsort(values, kind="stable")
-    cumulative = np.cumsum(weights[order])
-    index = np.searchsorted(cumulative, q * cumulative[-1], side="left")
-    return float(values[order][min(index, values.size - 1)])
+    values, weights = values[order], weights[order]
+    before = np.concatenate(([0.0], np.cumsum(weights[:-1])))
+    after = np.concatenate((np.cumsum(weights[:0:-1])[::-1], [0.0]))
+    position = before / (before + after)
+    return float(np.interp(q, position, values))
 
 
 def distances(errors, weights):
@@ -204,12 +221,11 @@ def distances(errors, weights):
             weighted_quantile(errors, 0.9, None),
             float(np.max(errors)),
         )
-    positive = weights > 0
     return (
         float(np.average(errors, weights=weights)),
-        weighted_quantile(errors[positive], 0.5, weights[positive]),
-        weighted_quantile(errors[positive], 0.9, weights[positive]),
-        float(np.max(errors[positive])),
+        weighted_quantile(errors, 0.5, weights),
+        weighted_quantile(errors, 0.9, weights),
+        float(np.max(errors[weights > 0])),
     )
 
 
@@ -303,8 +319,8 @@ def flexible_calibration_curve(
     choice, the band and the treatment of large samples). The distances of
     Austin and Steyerberg (2019) summarise ``|p_i - s(p_i)|`` over the
     sample: ICI its mean, E50 its median, E90 its 90th percentile, Emax its
-    maximum (quantiles: R's default rule; with unequal weights the weighted
-    inverted-CDF rule).
+    maximum (quantiles: R's default rule, type 7, which weights extend
+    continuously: see :func:`weighted_quantile`).
 
     Parameters
     ----------
