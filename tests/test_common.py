@@ -568,8 +568,11 @@ def test_bad_fit_input_raises(calibrator, logits_y, case):
         (-np.ones(400), "[Nn]egative"),
         (np.full(400, np.nan), "NaN"),
         (np.ones(3), "shape|length|inconsistent"),
+        # numpy's float64 of a complex array keeps its real part: [1j, 1, ...]
+        # weighed the first row 0
+        (np.r_[1j, np.ones(399)], "real numbers"),
     ],
-    ids=["all_zero", "negative", "nan", "wrong_length"],
+    ids=["all_zero", "negative", "nan", "wrong_length", "complex"],
 )
 def test_bad_sample_weight_raises(calibrator, logits_y, weights, message):
     X, y = logits_y

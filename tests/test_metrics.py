@@ -1192,3 +1192,14 @@ def test_flexible_curve_distances_weighted_quantile_is_type_7_extended():
     bare = flexible_calibration_curve(y, p)
     assert near.e50 == pytest.approx(bare.e50, abs=1e-10)
     assert near.e90 == pytest.approx(bare.e90, abs=1e-10)
+
+
+def test_complex_sample_weight_is_refused():
+    # numpy's float64 of complex weights keeps the real part (a
+    # ComplexWarning at most): [1j, 1, 1] gave an ECE of 0.45, the first row
+    # weighing 0.
+    y = np.array([0, 1, 1])
+    proba = np.array([[0.8, 0.2], [0.3, 0.7], [0.6, 0.4]])
+    for metric in (expected_calibration_error, log_loss, brier_score):
+        with pytest.raises(TypeError, match="real numbers"):
+            metric(y, proba, sample_weight=np.array([1j, 1, 1]))

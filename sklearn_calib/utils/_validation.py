@@ -673,6 +673,13 @@ def check_weight_values(sample_weight, n_samples, *, name="sample_weight"):
     weights = to_numpy(sample_weight)
     if hasattr(weights, "to_numpy") and not isinstance(weights, np.ndarray):
         weights = weights.to_numpy()
+    if np.iscomplexobj(weights):
+        # float64 of a complex array keeps the real part, with a warning at
+        # most: weights [1j, 1, 1] weighed the first row 0.
+        raise TypeError(
+            f"{name} must hold real numbers (one non-negative weight per sample); "
+            "got complex values."
+        )
     try:
         weights = np.asarray(weights, dtype=np.float64)
     except (TypeError, ValueError):
