@@ -187,6 +187,41 @@ def _score_matrix(
     return scores
 
 
+def _splitmix64(h):
+    """SplitMix64's finaliser on a uint64 array, in place (wrapping arithmetic)."""
+    h += np.uint64(0x9E3779B97F4A7C15)
+    h ^= h >> np.uint64(30)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(27)
+    h *= np.uint64(0x94D049BB133111EB)
+    h ^= h >> np.uint64(31)
+    return h
+
+
+def _row_draws(proba, seed):
+    """The draws ``U`` of randomised scores: one uniform on [0, 1) per row.
+
+    A hash of ``seed`` and the row's sorted probabilities, so a row gets
+    the same draw in any batch, at any position and in any column order,
+    while different rows get draws that look independent.
+    The same function gives the draws at calibration and at prediction:
+    for a given seed the randomised score is one function of the sample,
+    so the coverage holds for every seed, also for rows predicted one at a
+    time (one stream of draws by position gave every single-row call the
+    same draw).
+    """
+    n_samples, n_classes = proba.shape
+    bits = np.ascontiguousarray(np.sort(proba, axis=1), dtype=np.float64)
+    bits = bits.view(np.uint64)
+    keys = np.arange(n_classes, dtype=np.uint64)
+    keys ^= np.uint64(int(seed) % 2**32) << np.uint64(32)
+    mixed = _splitmix64(bits ^ _splitmix64(keys))
+    h = mixed.sum(axis=1, dtype=np.uint64)
+    h ^= np.uint64(int(seed) % 2**32)
+    h = _splitmix64(h)
+    return (h >> np.uint64(11)).astype(np.float64) * 2.0**-53
+
+
 def _accepts_sample_weight(estimator):
     from inspect import Parameter, signature
 
@@ -318,7 +353,10 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         :meth:`predict_set` may ask for another level.
     randomized : bool, default=False
         Randomise the cumulative scores (``U`` uniform on [0, 1], one draw
-        per sample, at calibration and at prediction): the coverage is then
+        per sample, at calibration and at prediction, a hash of the seed and
+        the sample's probabilities: a sample gets the same draw in any batch
+        and at any position, so rows predicted one at a time are not all
+        given one draw): the coverage is then
         ``1 - alpha`` up to ``1/(n + 1)`` rather than at least ``1 - alpha``,
         at the price of sets that depend on the draw (and may be empty).
         ``False`` uses ``U = 0``: the label whose cumulative mass crosses the
@@ -337,10 +375,10 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
     saps_weight : float > 0, default=0.1
         SAPS's mass of every rank after the first (lambda).
     random_state : int, RandomState instance or None, default=None
-        Seeds the draws ``U`` when ``randomized=True``: calibration draws in
-        :meth:`fit`, and the seed of the draws of :meth:`predict_set`, which
-        :meth:`fit` takes from the same generator (so a fitted classifier
-        returns the same sets for the same rows).
+        Seeds the draws ``U`` when ``randomized=True``: :meth:`fit` takes
+        from it the seed of the hash that gives the draws at calibration and
+        in :meth:`predict_set` (so a fitted classifier returns the same set
+        for the same row, whatever rows come with it).
     classes : array-like of shape (n_classes,), default=None
         With ``calibrator=None``, the class of each logit column, in column
         order; needed when the labels cannot be matched to the columns
@@ -541,6 +579,12 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             "saps_weight": float(self.saps_weight),
         }
 
+    def _draws(self, proba):
+        """The draws ``U`` of these rows' randomised scores, or None."""
+        if not self._randomized:
+            return None
+        return _row_draws(proba, self._prediction_seed)
+
     def _scores(self, proba, u):
         # The parameters fixed by fit: changing them afterwards (set_params)
         # without refitting cannot desynchronise scores and thresholds.
@@ -636,13 +680,11 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
         self._randomized = bool(self.randomized) and self.conformity_score != "lac"
         self._conditional = self.conditional
         random_state = check_random_state(self.random_state)
-        u = None
         if self._randomized:
-            u = random_state.uniform(size=proba.shape[0])
             self._prediction_seed = int(random_state.randint(np.iinfo(np.int32).max))
         scores = np.empty(proba.shape[0], dtype=np.float64)
         for rows in row_blocks(*proba.shape):
-            block = self._scores(proba[rows], None if u is None else u[rows])
+            block = self._scores(proba[rows], self._draws(proba[rows]))
             if masked is not None:
                 block[masked[rows]] = np.inf
             scores[rows] = _true_label_scores(block, y_codes[rows])
@@ -764,12 +806,9 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
             confidence_level, warn=confidence_level != self.confidence_level
         )
         proba, masked = self._probabilities(X)
-        u = None
-        if self._randomized:
-            u = np.random.RandomState(self._prediction_seed).uniform(size=len(proba))
         sets = np.empty(proba.shape, dtype=bool)
         for rows in row_blocks(*proba.shape):
-            block = self._scores(proba[rows], None if u is None else u[rows])
+            block = self._scores(proba[rows], self._draws(proba[rows]))
             if masked is not None:
                 block[masked[rows]] = np.inf
             # A finite score at most the threshold: an infinite threshold (too

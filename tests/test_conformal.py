@@ -19,6 +19,8 @@ from sklearn_calib import TemperatureScaling
 from sklearn_calib.conformal import (
     ConformalClassifier,
     ConformalRiskClassifier,
+    _masked_softmax,
+    _row_draws,
     conformal_report,
 )
 from sklearn_calib.metrics import (
@@ -127,11 +129,35 @@ def test_randomized_scores_add_a_uniform_share_of_the_label_mass(
     plain = fitted_scores(conformity_score)
     drawn = fitted_scores(conformity_score, randomized=True, random_state=5)
     share = (drawn - plain) / np.asarray(mass)
-    assert np.all((share >= 0) & (share <= 1))
-    assert np.ptp(share) > 0  # one draw per sample
-    # The draws are those of the random_state, in the order of the rows.
-    expected = np.random.RandomState(5).uniform(size=4)
+    # The draw is the hash of the seed (the random_state's first integer)
+    # and the row's probabilities: one draw for the four copies of the row.
+    seed = np.random.RandomState(5).randint(np.iinfo(np.int32).max)
+    expected = _row_draws(_masked_softmax(np.log(np.tile(PROBA, (4, 1))))[0], seed)
+    assert 0 < expected[0] < 1 and np.ptp(expected) == 0
     np.testing.assert_allclose(share, expected, atol=1e-12)
+
+
+def test_randomized_draws_depend_on_the_row_not_its_position(c100):
+    # The draws were a stream by position: every row predicted alone got the
+    # stream's first draw, so a service answering one row at a time used one
+    # U for all its sets (coverage 0.57 for a whole test set at one seed of
+    # APS at 0.9 on these logits). A row now gets its set in any batch.
+    X, y = c100
+    clf = ConformalClassifier(
+        conformity_score="aps", randomized=True, random_state=0
+    ).fit(X[:2000], y[:2000])
+    rows = X[2000:2300]
+    sets = clf.predict_set(rows)
+    alone = np.vstack([clf.predict_set(rows[i : i + 1]) for i in range(0, 300, 10)])
+    np.testing.assert_array_equal(alone, sets[::10])
+    np.testing.assert_array_equal(clf.predict_set(rows[::-1]), sets[::-1])
+    # In any column order too (the hash reads the sorted probabilities), and
+    # different rows get draws that look independent and uniform.
+    proba = softmax(X)
+    u = _row_draws(proba, 7)
+    perm = np.random.default_rng(0).permutation(X.shape[1])
+    np.testing.assert_array_equal(_row_draws(proba[:, perm], 7), u)
+    assert abs(u.mean() - 0.5) < 0.01 and abs(np.corrcoef(u, X.max(1))[0, 1]) < 0.03
 
 
 def test_lac_ignores_randomized():
@@ -153,13 +179,10 @@ def test_sets_are_the_labels_scoring_at_most_the_threshold(c100):
                 conformity_score=score, randomized=randomized, random_state=1
             ).fit(X[:3000], y[:3000])
             sets = clf.predict_set(X[3000:4000])
-            # Calibrating on the prediction rows with the seed of the
-            # prediction draws gives the scores the sets were built from.
-            drawn = randomized and score != "lac"
+            # Calibrating on the prediction rows with the same seed (the
+            # same hash of the rows) gives the scores the sets were built from.
             twin = ConformalClassifier(
-                conformity_score=score,
-                randomized=randomized,
-                random_state=clf._prediction_seed if drawn else None,
+                conformity_score=score, randomized=randomized, random_state=1
             )
             scores = twin.fit(X[3000:4000], y[3000:4000]).conformity_scores_
             covered = sets[np.arange(1000), y[3000:4000]]
@@ -494,11 +517,9 @@ def test_equals_mapie_randomized_aps(c100_proba, confidence_level):
     P_cal, y_cal, P_test, _ = c100_proba
     seed = 3
     # This library's draws (documented in random_state), given to MAPIE as 1 - U.
-    state = np.random.RandomState(seed)
-    u_cal = state.uniform(size=len(y_cal))
-    u_test = np.random.RandomState(state.randint(np.iinfo(np.int32).max)).uniform(
-        size=len(P_test)
-    )
+    hash_seed = np.random.RandomState(seed).randint(np.iinfo(np.int32).max)
+    u_cal = _row_draws(_masked_softmax(np.log(P_cal))[0], hash_seed)
+    u_test = _row_draws(_masked_softmax(np.log(P_test))[0], hash_seed)
     theirs, fitted = _mapie_sets(
         "aps",
         confidence_level,
