@@ -1135,13 +1135,14 @@ def conformal_report(
             )
     if not scores_chosen:
         raise ValueError("conformity_scores is empty; name at least one.")
+    # One level may come as a number, a 0-d array or a string (refused by
+    # name, not read character by character).
+    single = isinstance(confidence_levels, (Real, str)) or (
+        isinstance(confidence_levels, np.ndarray) and confidence_levels.ndim == 0
+    )
     levels = [
         _check_confidence_level(c)
-        for c in (
-            [confidence_levels]
-            if isinstance(confidence_levels, Real)
-            else confidence_levels
-        )
+        for c in ([confidence_levels] if single else confidence_levels)
     ]
     if not levels:
         raise ValueError("confidence_levels is empty; give at least one.")
@@ -1174,6 +1175,16 @@ def conformal_report(
             raise ValueError(
                 f"calibration_size={calibration_size} leaves no calibration or no "
                 f"evaluation sample among {n_samples}."
+            )
+        short = [level for level in levels if n_cal < _minimum_samples(level)]
+        if short:
+            warnings.warn(
+                f"Too few calibration samples for confidence_level={short[0]:g}: "
+                f"{n_cal} per split cannot bound the quantile (at least "
+                f"{_minimum_samples(short[0])} are needed), so the threshold is "
+                "infinite and every set holds every class (coverage 1).",
+                UserWarning,
+                stacklevel=2,
             )
         proba = np.asarray(proba, dtype=np.float64)
         stats = selective_statistics(y_codes, proba, None, None)

@@ -1002,6 +1002,30 @@ def test_conformal_report_rows_and_errors():
         conformal_report(y, {"a": proba, "b": X})
 
 
+def test_conformal_report_warns_when_the_calibration_part_is_too_small():
+    # 10 samples split in halves: 5 calibration rows cannot bound the 0.9
+    # quantile (9 are needed); the full sets (coverage 1) were reported
+    # without a word, where the estimator warns.
+    X, y = make_logits(n_samples=10, n_classes=3, seed=1)
+    with pytest.warns(UserWarning, match=r"confidence_level=0.9: 5 per split"):
+        rows = conformal_report(
+            y, softmax(X), confidence_levels=[0.5, 0.9], n_splits=2, as_frame=False
+        )
+    assert rows[1]["coverage"] == 1.0 and rows[1]["mean_set_size"] == 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        conformal_report(y, softmax(X), confidence_levels=0.5, n_splits=2)
+
+
+@pytest.mark.parametrize("levels", [np.array(0.9), "0.9"])
+def test_conformal_report_reads_a_single_level_whole(levels):
+    # A 0-d array failed deep in numpy (iteration over a 0-d array) and a
+    # string was read character by character ("got '0'").
+    X, y = make_logits(n_samples=40, n_classes=3, seed=1)
+    with pytest.raises(ValueError, match=re.escape(f"got {levels!r}")):
+        conformal_report(y, softmax(X), confidence_levels=levels)
+
+
 def test_conformal_report_randomized_draws_per_split():
     data = load_shared("c10_resnet56_chenyaofo")
     proba, y = softmax(data["logits_test"].astype(float)), data["y_test"]
