@@ -62,6 +62,10 @@ CONFORMITY_SCORES = ("lac", "aps", "raps", "saps", "top_k")
 # from being rounded up to the next order statistic.
 _LEVEL_RTOL = 1e-12
 
+# The largest RAPS penalty term: far below float64's maximum, so that the
+# masses and the draw added to it stay finite.
+_SCORE_CAP = np.finfo(np.float64).max / 4
+
 
 # --- the score functions --------------------------------------------------------
 
@@ -82,7 +86,11 @@ def _masked_softmax(logits):
             f"Row {row} of X has no finite logit: every class is masked (-inf), "
             "so it has no probability distribution."
         )
-    proba = np.exp(logits - top)
+    with np.errstate(over="ignore"):
+        # logits - top <= 0 overflows only to -inf (a logit of -1e308 under
+        # one of 1e308), whose exp is 0: numpy's RuntimeWarning said nothing
+        # the caller must act on.
+        proba = np.exp(logits - top)
     # The same logits in any column order: the same quantile and thresholds.
     proba /= order_free_row_sums(proba)
     return proba, (masked if masked.any() else None)
@@ -179,7 +187,12 @@ def _score_matrix(
     np.cumsum(mass[:, :-1], axis=1, out=before[:, 1:])
     if conformity_score == "raps":
         rank = np.arange(1, n_classes + 1, dtype=np.float64)
-        before += raps_penalty * np.maximum(rank - raps_k_reg, 0.0)
+        with np.errstate(over="ignore"):
+            penalty = raps_penalty * np.maximum(rank - raps_k_reg, 0.0)
+        # A penalty past float64's range would be inf, the score of a masked
+        # class (never in a set, and counted as masked at calibration):
+        # capped, the ranks beyond it tie and enter sets together.
+        before += np.minimum(penalty, _SCORE_CAP)
     if u is not None:
         before += u[:, None] * mass
     scores = np.empty_like(before)

@@ -893,6 +893,34 @@ def test_nan_and_positive_infinity_raise(value, message):
         clf.predict_set(bad)
 
 
+def test_raps_penalty_past_float_range_is_not_a_masked_class():
+    # raps_penalty=1e308 overflowed the penalty of the third rank to inf, the
+    # score of a masked class: calibration samples whose true class ranked
+    # there were counted as masked (a false warning), the threshold became
+    # infinite and those classes still never entered a set.
+    X, y = make_logits(n_samples=300, n_classes=5, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = ConformalClassifier(conformity_score="raps", raps_penalty=1e308)
+        clf.fit(X, y)
+        sets = clf.predict_set(X)
+    assert np.isfinite(clf.conformity_scores_).all() and np.isfinite(clf.quantile_)
+    assert sets[np.arange(300), y].mean() >= 0.9
+
+
+def test_logits_of_opposite_float_extremes_do_not_warn():
+    # -max - max overflowed to -inf (probability 0, right) with numpy's
+    # "overflow encountered in subtract" RuntimeWarning.
+    big = np.finfo(np.float64).max
+    X = np.array([[big, -big, 0.0], [-big, big, 0.0], [0.0, -big, big]] * 4)
+    y = np.array([0, 1, 2] * 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = ConformalClassifier(confidence_level=0.5).fit(X, y)
+        proba = clf.predict_proba(X[:3])
+    np.testing.assert_array_equal(proba, np.eye(3))
+
+
 def test_wrong_width_at_prediction_raises():
     X, y = make_logits(n_samples=50, n_classes=3, seed=20)
     clf = ConformalClassifier().fit(X, y)
