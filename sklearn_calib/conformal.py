@@ -1293,17 +1293,26 @@ def _crc_threshold(scores, y_codes, cost, risk):
     """
     n, n_classes = scores.shape
     bound = float(cost.max())
-    rows = cost[y_codes]  # (n, K): cost of each label for each sample
-    order = np.argsort(scores, axis=1, kind="stable")
-    ranked_scores = np.take_along_axis(scores, order, axis=1)
-    ranked_cost = np.take_along_axis(rows, order, axis=1)
-    start = rows.max(axis=1)
-    running = np.minimum.accumulate(ranked_cost, axis=1)
-    previous = np.concatenate([start[:, None], running[:, :-1]], axis=1)
-    drops = (previous - running).ravel()
-    points = ranked_scores.ravel()
-    finite = np.isfinite(points)
-    points, drops = points[finite], drops[finite]
+    start = np.empty(n)
+    points, drops = [], []
+    # Block by block, keeping only the entries where a sample's loss drops:
+    # the loss is a step function of the threshold that changes only there,
+    # so the first threshold that certifies the risk is one of them. The
+    # whole (n, K) temporaries took 3.1 GB and 12 s for 2000 x 10,000.
+    for block in row_blocks(n, n_classes):
+        rows = cost[y_codes[block]]  # cost of each label for each sample
+        order = np.argsort(scores[block], axis=1, kind="stable")
+        ranked_scores = np.take_along_axis(scores[block], order, axis=1)
+        ranked_cost = np.take_along_axis(rows, order, axis=1)
+        first = rows.max(axis=1)
+        start[block] = first
+        running = np.minimum.accumulate(ranked_cost, axis=1)
+        previous = np.concatenate([first[:, None], running[:, :-1]], axis=1)
+        drop = previous - running
+        keep = (drop > 0) & np.isfinite(ranked_scores)
+        points.append(ranked_scores[keep])
+        drops.append(drop[keep])
+    points, drops = np.concatenate(points), np.concatenate(drops)
     by_score = np.argsort(points, kind="stable")
     points, drops = points[by_score], np.cumsum(drops[by_score])
     # the total loss once every entry up to each distinct score is in
