@@ -235,11 +235,11 @@ def test_integer_weights_equal_repeated_rows(c100):
     X, y = c100
     X, y, Xt = X[:400], y[:400], X[400:900]
     weights = np.random.default_rng(0).integers(0, 4, size=400)
-    for score in SCORES:
-        weighted = ConformalClassifier(conformity_score=score).fit(
-            X, y, sample_weight=weights
-        )
-        repeated = ConformalClassifier(conformity_score=score).fit(
+    # Randomised too: a repeated row gets its row's draw.
+    for score, randomized in [(s, False) for s in SCORES] + [("aps", True)]:
+        params = dict(conformity_score=score, randomized=randomized, random_state=3)
+        weighted = ConformalClassifier(**params).fit(X, y, sample_weight=weights)
+        repeated = ConformalClassifier(**params).fit(
             np.repeat(X, weights, axis=0), np.repeat(y, weights)
         )
         assert weighted.quantile_ == repeated.quantile_
