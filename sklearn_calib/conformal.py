@@ -107,7 +107,7 @@ def masked_softmax(logits, *, dtype=np.float64):
     return out
 
 
-def _masked_columns(X, shape):
+def _masked_columns(X, proba):
     """Where logits ``X`` handed to a calibrator mask a class (``-inf``), or None.
 
     A calibrator maps a masked class to probability exactly 0, as
@@ -115,9 +115,13 @@ def _masked_columns(X, shape):
     made full by an infinite threshold. The mask is read from ``X`` itself
     (a probability that merely underflows to 0 is an ordinary class): logits
     of one column per class, or a single binary score column whose ``-inf``
-    masks the positive class. Input of another shape (features of a wrapped
-    classifier) masks nothing.
+    masks the positive class, where ``proba`` is exactly 0. Input of another
+    shape (features of a wrapped classifier) masks nothing, nor does a
+    ``-inf`` feature of a classifier with as many features as classes: its
+    class keeps the probability the classifier gives it (read as a mask, a
+    class of probability 0.99 never entered a set).
     """
+    shape = proba.shape
     try:
         logits = np.asarray(to_numpy(X))
     except (TypeError, ValueError):
@@ -128,7 +132,7 @@ def _masked_columns(X, shape):
         logits = expand_binary_scores(logits)
     if logits.shape[1] != shape[1]:
         return None
-    masked = np.isneginf(logits)
+    masked = np.isneginf(logits) & (proba == 0)
     return masked if masked.any() else None
 
 
@@ -581,7 +585,7 @@ class ConformalClassifier(ClassifierMixin, BaseEstimator):
                 "probabilities (finite, non-negative). Check the calibrator and "
                 "its input."
             )
-        return proba, _masked_columns(X, proba.shape)
+        return proba, _masked_columns(X, proba)
 
     def _scoring_params(self):
         """The parameters of the score function, as the constructor holds them."""

@@ -777,6 +777,38 @@ def test_masked_classes_stay_out_of_full_sets():
     assert sets[:, :3].all() and not sets[:, 3].any()
 
 
+class _TanhFeatureClassifier(ClassifierMixin, BaseEstimator):
+    """Three features, three classes; accepts -inf features (tanh(-inf) = -1)."""
+
+    def fit(self, X, y):
+        self.classes_ = np.arange(3)
+        return self
+
+    def predict_proba(self, X):
+        return softmax(-3.0 * np.tanh(np.asarray(X, dtype=float)))
+
+
+def test_infinite_feature_of_a_classifier_masks_no_class():
+    # A frozen classifier of 3 features and 3 classes: a -inf feature (which
+    # gradient boosting, for one, accepts) was read as a masked class, so
+    # class 1, the likeliest there, never entered a set, calibration warned
+    # of masked true classes and the threshold was infinite. Only a class
+    # that the classifier gives probability exactly 0 is masked.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3))
+    X[:, 1] = np.where(rng.random(600) < 0.2, -np.inf, X[:, 1])
+    model = _TanhFeatureClassifier().fit(X, None)
+    proba = model.predict_proba(X)
+    y = (rng.random(600)[:, None] > np.cumsum(proba, axis=1)).sum(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = ConformalClassifier(FrozenEstimator(model)).fit(X[:300], y[:300])
+    sets = clf.predict_set(X[300:])
+    assert np.isfinite(clf.quantile_)
+    np.testing.assert_array_equal(sets, clf._scores(proba[300:], None) <= clf.quantile_)
+    assert sets[np.isinf(X[300:, 1]), 1].all()
+
+
 def test_masked_true_class_warns_and_is_never_covered():
     X, y = make_logits(n_samples=100, n_classes=3, seed=11)
     X[:4, 1], y[:4] = -np.inf, 1
