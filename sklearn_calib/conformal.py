@@ -228,7 +228,8 @@ def _row_draws(proba, seed):
     same draw).
     """
     n_samples, n_classes = proba.shape
-    bits = np.ascontiguousarray(np.sort(proba, axis=1), dtype=np.float64)
+    # + 0.0 turns -0.0 into 0.0: equal probabilities, equal bits.
+    bits = np.ascontiguousarray(np.sort(proba, axis=1), dtype=np.float64) + 0.0
     bits = bits.view(np.uint64)
     keys = np.arange(n_classes, dtype=np.uint64)
     keys ^= np.uint64(int(seed) % 2**32) << np.uint64(32)

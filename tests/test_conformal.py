@@ -157,6 +157,8 @@ def test_randomized_draws_depend_on_the_row_not_its_position(c100):
     u = _row_draws(proba, 7)
     perm = np.random.default_rng(0).permutation(X.shape[1])
     np.testing.assert_array_equal(_row_draws(proba[:, perm], 7), u)
+    signed = np.array([[0.5, -0.0, 0.5]])  # a calibrator's -0.0 is a 0
+    assert _row_draws(signed, 7) == _row_draws(np.array([[0.5, 0.5, 0.0]]), 7)
     assert abs(u.mean() - 0.5) < 0.01 and abs(np.corrcoef(u, X.max(1))[0, 1]) < 0.03
 
 
