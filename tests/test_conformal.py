@@ -19,6 +19,8 @@ from sklearn_calib import TemperatureScaling
 from sklearn_calib.conformal import (
     ConformalClassifier,
     ConformalRiskClassifier,
+    _masked_softmax,
+    _row_draws,
     conformal_report,
 )
 from sklearn_calib.metrics import (
@@ -127,11 +129,37 @@ def test_randomized_scores_add_a_uniform_share_of_the_label_mass(
     plain = fitted_scores(conformity_score)
     drawn = fitted_scores(conformity_score, randomized=True, random_state=5)
     share = (drawn - plain) / np.asarray(mass)
-    assert np.all((share >= 0) & (share <= 1))
-    assert np.ptp(share) > 0  # one draw per sample
-    # The draws are those of the random_state, in the order of the rows.
-    expected = np.random.RandomState(5).uniform(size=4)
+    # The draw is the hash of the seed (the random_state's first integer)
+    # and the row's probabilities: one draw for the four copies of the row.
+    seed = np.random.RandomState(5).randint(np.iinfo(np.int32).max)
+    expected = _row_draws(_masked_softmax(np.log(np.tile(PROBA, (4, 1))))[0], seed)
+    assert 0 < expected[0] < 1 and np.ptp(expected) == 0
     np.testing.assert_allclose(share, expected, atol=1e-12)
+
+
+def test_randomized_draws_depend_on_the_row_not_its_position(c100):
+    # The draws were a stream by position: every row predicted alone got the
+    # stream's first draw, so a service answering one row at a time used one
+    # U for all its sets (coverage 0.57 for a whole test set at one seed of
+    # APS at 0.9 on these logits). A row now gets its set in any batch.
+    X, y = c100
+    clf = ConformalClassifier(
+        conformity_score="aps", randomized=True, random_state=0
+    ).fit(X[:2000], y[:2000])
+    rows = X[2000:2300]
+    sets = clf.predict_set(rows)
+    alone = np.vstack([clf.predict_set(rows[i : i + 1]) for i in range(0, 300, 10)])
+    np.testing.assert_array_equal(alone, sets[::10])
+    np.testing.assert_array_equal(clf.predict_set(rows[::-1]), sets[::-1])
+    # In any column order too (the hash reads the sorted probabilities), and
+    # different rows get draws that look independent and uniform.
+    proba = softmax(X)
+    u = _row_draws(proba, 7)
+    perm = np.random.default_rng(0).permutation(X.shape[1])
+    np.testing.assert_array_equal(_row_draws(proba[:, perm], 7), u)
+    signed = np.array([[0.5, -0.0, 0.5]])  # a calibrator's -0.0 is a 0
+    assert _row_draws(signed, 7) == _row_draws(np.array([[0.5, 0.5, 0.0]]), 7)
+    assert abs(u.mean() - 0.5) < 0.01 and abs(np.corrcoef(u, X.max(1))[0, 1]) < 0.03
 
 
 def test_lac_ignores_randomized():
@@ -153,13 +181,10 @@ def test_sets_are_the_labels_scoring_at_most_the_threshold(c100):
                 conformity_score=score, randomized=randomized, random_state=1
             ).fit(X[:3000], y[:3000])
             sets = clf.predict_set(X[3000:4000])
-            # Calibrating on the prediction rows with the seed of the
-            # prediction draws gives the scores the sets were built from.
-            drawn = randomized and score != "lac"
+            # Calibrating on the prediction rows with the same seed (the
+            # same hash of the rows) gives the scores the sets were built from.
             twin = ConformalClassifier(
-                conformity_score=score,
-                randomized=randomized,
-                random_state=clf._prediction_seed if drawn else None,
+                conformity_score=score, randomized=randomized, random_state=1
             )
             scores = twin.fit(X[3000:4000], y[3000:4000]).conformity_scores_
             covered = sets[np.arange(1000), y[3000:4000]]
@@ -212,11 +237,11 @@ def test_integer_weights_equal_repeated_rows(c100):
     X, y = c100
     X, y, Xt = X[:400], y[:400], X[400:900]
     weights = np.random.default_rng(0).integers(0, 4, size=400)
-    for score in SCORES:
-        weighted = ConformalClassifier(conformity_score=score).fit(
-            X, y, sample_weight=weights
-        )
-        repeated = ConformalClassifier(conformity_score=score).fit(
+    # Randomised too: a repeated row gets its row's draw.
+    for score, randomized in [(s, False) for s in SCORES] + [("aps", True)]:
+        params = dict(conformity_score=score, randomized=randomized, random_state=3)
+        weighted = ConformalClassifier(**params).fit(X, y, sample_weight=weights)
+        repeated = ConformalClassifier(**params).fit(
             np.repeat(X, weights, axis=0), np.repeat(y, weights)
         )
         assert weighted.quantile_ == repeated.quantile_
@@ -494,11 +519,9 @@ def test_equals_mapie_randomized_aps(c100_proba, confidence_level):
     P_cal, y_cal, P_test, _ = c100_proba
     seed = 3
     # This library's draws (documented in random_state), given to MAPIE as 1 - U.
-    state = np.random.RandomState(seed)
-    u_cal = state.uniform(size=len(y_cal))
-    u_test = np.random.RandomState(state.randint(np.iinfo(np.int32).max)).uniform(
-        size=len(P_test)
-    )
+    hash_seed = np.random.RandomState(seed).randint(np.iinfo(np.int32).max)
+    u_cal = _row_draws(_masked_softmax(np.log(P_cal))[0], hash_seed)
+    u_test = _row_draws(_masked_softmax(np.log(P_test))[0], hash_seed)
     theirs, fitted = _mapie_sets(
         "aps",
         confidence_level,
@@ -756,6 +779,38 @@ def test_masked_classes_stay_out_of_full_sets():
     assert sets[:, :3].all() and not sets[:, 3].any()
 
 
+class _TanhFeatureClassifier(ClassifierMixin, BaseEstimator):
+    """Three features, three classes; accepts -inf features (tanh(-inf) = -1)."""
+
+    def fit(self, X, y):
+        self.classes_ = np.arange(3)
+        return self
+
+    def predict_proba(self, X):
+        return softmax(-3.0 * np.tanh(np.asarray(X, dtype=float)))
+
+
+def test_infinite_feature_of_a_classifier_masks_no_class():
+    # A frozen classifier of 3 features and 3 classes: a -inf feature (which
+    # gradient boosting, for one, accepts) was read as a masked class, so
+    # class 1, the likeliest there, never entered a set, calibration warned
+    # of masked true classes and the threshold was infinite. Only a class
+    # that the classifier gives probability exactly 0 is masked.
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(600, 3))
+    X[:, 1] = np.where(rng.random(600) < 0.2, -np.inf, X[:, 1])
+    model = _TanhFeatureClassifier().fit(X, None)
+    proba = model.predict_proba(X)
+    y = (rng.random(600)[:, None] > np.cumsum(proba, axis=1)).sum(axis=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = ConformalClassifier(FrozenEstimator(model)).fit(X[:300], y[:300])
+    sets = clf.predict_set(X[300:])
+    assert np.isfinite(clf.quantile_)
+    np.testing.assert_array_equal(sets, clf._scores(proba[300:], None) <= clf.quantile_)
+    assert sets[np.isinf(X[300:, 1]), 1].all()
+
+
 def test_masked_true_class_warns_and_is_never_covered():
     X, y = make_logits(n_samples=100, n_classes=3, seed=11)
     X[:4, 1], y[:4] = -np.inf, 1
@@ -872,6 +927,68 @@ def test_nan_and_positive_infinity_raise(value, message):
         clf.predict_set(bad)
 
 
+def test_risk_threshold_works_in_row_blocks():
+    # The threshold built whole (n, K) temporaries, about 12 times the score
+    # matrix (3.1 GB and 12 s for 2000 samples of 10,000 classes); block by
+    # block, keeping only the entries where a loss drops, it is the same
+    # threshold with temporaries near the size of the scores.
+    import tracemalloc
+
+    from sklearn_calib.conformal import _crc_threshold
+
+    rng = np.random.default_rng(0)
+    n, n_classes = 2000, 500
+    scores = np.round(rng.random((n, n_classes)) * 64) / 64  # ties
+    y = rng.integers(0, n_classes, n)
+    cost = rng.random((n_classes, n_classes))
+    np.fill_diagonal(cost, 0.0)
+    tracemalloc.start()
+    try:
+        threshold, risk = _crc_threshold(scores, y, cost, 0.1)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * scores.nbytes
+
+    # The definition: the smallest score whose mean loss certifies 0.1.
+    def loss(lam):
+        held = scores <= lam
+        best = np.where(held, cost[y], np.inf).min(axis=1)
+        return np.where(held.any(axis=1), best, cost[y].max(axis=1))
+
+    candidates = np.unique(scores)
+    ok = [lam for lam in candidates if loss(lam).sum() <= (n + 1) * 0.1 - cost.max()]
+    assert threshold == ok[0] and risk == pytest.approx(loss(ok[0]).mean())
+
+
+def test_raps_penalty_past_float_range_is_not_a_masked_class():
+    # raps_penalty=1e308 overflowed the penalty of the third rank to inf, the
+    # score of a masked class: calibration samples whose true class ranked
+    # there were counted as masked (a false warning), the threshold became
+    # infinite and those classes still never entered a set.
+    X, y = make_logits(n_samples=300, n_classes=5, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = ConformalClassifier(conformity_score="raps", raps_penalty=1e308)
+        clf.fit(X, y)
+        sets = clf.predict_set(X)
+    assert np.isfinite(clf.conformity_scores_).all() and np.isfinite(clf.quantile_)
+    assert sets[np.arange(300), y].mean() >= 0.9
+
+
+def test_logits_of_opposite_float_extremes_do_not_warn():
+    # -max - max overflowed to -inf (probability 0, right) with numpy's
+    # "overflow encountered in subtract" RuntimeWarning.
+    big = np.finfo(np.float64).max
+    X = np.array([[big, -big, 0.0], [-big, big, 0.0], [0.0, -big, big]] * 4)
+    y = np.array([0, 1, 2] * 4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        clf = ConformalClassifier(confidence_level=0.5).fit(X, y)
+        proba = clf.predict_proba(X[:3])
+    np.testing.assert_array_equal(proba, np.eye(3))
+
+
 def test_wrong_width_at_prediction_raises():
     X, y = make_logits(n_samples=50, n_classes=3, seed=20)
     clf = ConformalClassifier().fit(X, y)
@@ -979,6 +1096,30 @@ def test_conformal_report_rows_and_errors():
         conformal_report(y, proba, calibration_size=1.0)
     with pytest.raises(ValueError, match=r"y_prob\['b'\]"):
         conformal_report(y, {"a": proba, "b": X})
+
+
+def test_conformal_report_warns_when_the_calibration_part_is_too_small():
+    # 10 samples split in halves: 5 calibration rows cannot bound the 0.9
+    # quantile (9 are needed); the full sets (coverage 1) were reported
+    # without a word, where the estimator warns.
+    X, y = make_logits(n_samples=10, n_classes=3, seed=1)
+    with pytest.warns(UserWarning, match=r"confidence_level=0.9: 5 per split"):
+        rows = conformal_report(
+            y, softmax(X), confidence_levels=[0.5, 0.9], n_splits=2, as_frame=False
+        )
+    assert rows[1]["coverage"] == 1.0 and rows[1]["mean_set_size"] == 3.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        conformal_report(y, softmax(X), confidence_levels=0.5, n_splits=2)
+
+
+@pytest.mark.parametrize("levels", [np.array(0.9), "0.9"])
+def test_conformal_report_reads_a_single_level_whole(levels):
+    # A 0-d array failed deep in numpy (iteration over a 0-d array) and a
+    # string was read character by character ("got '0'").
+    X, y = make_logits(n_samples=40, n_classes=3, seed=1)
+    with pytest.raises(ValueError, match=re.escape(f"got {levels!r}")):
+        conformal_report(y, softmax(X), confidence_levels=levels)
 
 
 def test_conformal_report_randomized_draws_per_split():

@@ -171,3 +171,23 @@ def test_not_calibration_losses():
 def test_bad_input_raises(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_sparse_and_nullable_boolean_sets():
+    # A scipy.sparse matrix was read as a 0-d object array ("got an array with
+    # 0 dimension(s)"), and pandas' nullable "boolean" columns as objects
+    # ("must hold booleans"); both now give the dense values.
+    sparse = pytest.importorskip("scipy.sparse")
+    pd = pytest.importorskip("pandas")
+    for sets in (
+        sparse.csr_matrix(SETS),
+        sparse.coo_array(SETS.astype(int)),
+        pd.DataFrame(SETS).astype("boolean"),
+    ):
+        assert set_coverage(Y, sets) == pytest.approx(3 / 5)
+        assert mean_set_size(sets) == pytest.approx(8 / 5)
+        np.testing.assert_allclose(classwise_coverage(Y, sets), [1 / 2, 1, 1 / 2])
+    missing = pd.DataFrame(SETS).astype("boolean")
+    missing.iloc[0, 0] = pd.NA
+    with pytest.raises(ValueError, match="must hold booleans"):
+        mean_set_size(missing)

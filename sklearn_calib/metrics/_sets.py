@@ -22,7 +22,17 @@ from ..utils._validation import (
 
 
 def _check_sets(y_set):
+    if hasattr(y_set, "tocsr") and hasattr(y_set, "toarray"):
+        # scipy.sparse: np.asarray made a 0-d object array of it ("got an
+        # array with 0 dimension(s)"); sets of many classes may come sparse.
+        y_set = y_set.toarray()
     y_set = as_numpy_array(y_set)
+    if y_set.dtype == object and y_set.size:
+        # pandas' nullable "boolean" columns come as objects: True/False are
+        # read as booleans; a missing value (pd.NA) is refused below.
+        flat = y_set.ravel()
+        if all(isinstance(v, (bool, np.bool_)) for v in flat):
+            y_set = y_set.astype(bool)
     if y_set.ndim != 2:
         raise ValueError(
             f"y_set must be 2-D (n_samples, n_classes) of booleans; got an array "
