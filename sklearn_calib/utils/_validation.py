@@ -673,19 +673,19 @@ def check_weight_values(sample_weight, n_samples, *, name="sample_weight"):
     weights = to_numpy(sample_weight)
     if hasattr(weights, "to_numpy") and not isinstance(weights, np.ndarray):
         weights = weights.to_numpy()
-    if np.iscomplexobj(weights):
-        # float64 of a complex array keeps the real part, with a warning at
-        # most: weights [1j, 1, 1] weighed the first row 0.
-        raise TypeError(
-            f"{name} must hold real numbers (one non-negative weight per sample); "
-            "got complex values."
-        )
+    got = type(sample_weight).__name__
     try:
+        weights = np.asarray(weights)
+        if weights.dtype.kind == "c":
+            # float64 of a complex array keeps the real part, with a warning
+            # at most: weights [1j, 1, 1] weighed the first row 0.
+            got = "complex values"
+            raise TypeError(got)
         weights = np.asarray(weights, dtype=np.float64)
     except (TypeError, ValueError):
         raise TypeError(
             f"{name} must hold real numbers (one non-negative weight per sample); "
-            f"got {type(sample_weight).__name__}."
+            f"got {got}."
         ) from None
     if weights.ndim == 0:
         weights = np.full(n_samples, weights[()])
