@@ -112,6 +112,44 @@ def canonical_bin_index(scores, edges, logits, columns):
     return index
 
 
+def canonical_near_uniform_edges(scores, n_bins, logits, columns=None):
+    """``scores`` with those within their sum's rounding of ``b / n_bins`` canonical.
+
+    The equal-width bins of ``uniform_bin_index`` split at the inner edges
+    ``b / n_bins``, where probabilities often lie exactly (the logits
+    ``log(votes / 15)`` of a 15-neighbour vote, with the default 15 bins): a
+    score summed in column order falls an ulp either side, so permuting the
+    classes moved rows to the next bin. Those scores are recomputed by
+    :func:`canonical_probabilities`; the others are further from every edge
+    than their rounding and fall in their canonical bin already.
+
+    ``scores`` is 1-D (``columns`` as in :func:`canonical_at`), or 2-D with
+    one column per logit column (``columns`` unused).
+    """
+    if scores.size == 0 or n_bins < 2:
+        return scores
+    scaled = scores * float(n_bins)
+    distance = np.rint(scaled)
+    np.subtract(scaled, distance, out=distance)
+    np.abs(distance, out=distance)
+    # Strictly: a score of 0 (a masked class) is no closer than its slack.
+    near = distance < sum_slack(logits.shape[1]) * scaled
+    # Edges 0 and n_bins bound the first and the last bin: not a split.
+    near &= (scaled > 0.5) & (scaled < n_bins - 0.5)
+    if not near.any():
+        return scores
+    scores = scores.copy()
+    if scores.ndim == 2:
+        rows = np.flatnonzero(near.any(axis=1))
+        block, where = scores[rows], near[rows]
+        block[where] = canonical_probabilities(logits[rows])[where]
+        scores[rows] = block
+    else:
+        rows = np.flatnonzero(near)
+        scores[rows] = canonical_at(logits, rows, columns)
+    return scores
+
+
 def canonical_at(logits, rows, columns):
     """:func:`canonical_probabilities` of ``rows``, at ``columns``.
 
