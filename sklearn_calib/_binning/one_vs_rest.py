@@ -209,6 +209,51 @@ def softmax_log_odds(logits):
     return np.clip(out, -np.finfo(np.float64).max, np.finfo(np.float64).max)
 
 
+def log_odds_slack(logits, log_odds, magnitude=None):
+    """A bound on the rounding of :func:`softmax_log_odds` that column order sets.
+
+    Its sums run in column order: the same logits in another order give
+    log-odds up to this apart (the sum's rounding, on the scale of the row's
+    logits and of the log-odds themselves). ``log_odds`` may be one column
+    of them (1-D) or all (2-D); ``magnitude``, each row's largest finite
+    ``|logit|``, is computed from ``logits`` when not given.
+    """
+    if magnitude is None:
+        finite = np.isfinite(logits)
+        magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
+    if log_odds.ndim == 2:
+        magnitude = magnitude[:, None]
+    # inf near the float range: such a row is recomputed whenever it is near
+    with np.errstate(over="ignore"):
+        return sum_slack(logits.shape[1]) * (1.0 + magnitude + np.abs(log_odds))
+
+
+def near_points(scores, slack, points):
+    """Scores within their ``slack`` of one of the increasing ``points``."""
+    above = np.minimum(np.searchsorted(points, scores), points.shape[0] - 1)
+    below = np.maximum(above - 1, 0)
+    return (np.abs(scores - points[above]) <= slack) | (
+        np.abs(scores - points[below]) <= slack
+    )
+
+
+def canonical_log_odds(logits):
+    """:func:`softmax_log_odds` of each row's sorted logits, in column order.
+
+    The same logits in any column order give the same log-odds. The
+    isotonic maps pool equal scores and read steep steps between scores an
+    ulp apart: a row summed in another column order (the classes permuted)
+    would fall on the other side. Only the rows within
+    :func:`log_odds_slack` of another row's score, or of a threshold, are
+    recomputed so: sorting every row is slower than the maps.
+    """
+    order = np.argsort(logits, axis=1, kind="stable")
+    ordered = softmax_log_odds(np.take_along_axis(logits, order, axis=1))
+    out = np.empty_like(ordered)
+    np.put_along_axis(out, order, ordered, axis=1)
+    return out
+
+
 def top_label_targets(proba, y):
     """Confidence of the predicted class and whether it is correct.
 
