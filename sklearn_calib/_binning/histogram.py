@@ -30,6 +30,7 @@ from .one_vs_rest import (
     binary_problems,
     canonical_at,
     canonical_bin_index,
+    canonical_near_uniform_edges,
     canonical_probabilities,
     finish_one_vs_rest,
     masked_classes,
@@ -201,6 +202,7 @@ class HistogramBinning(BaseCalibrator):
     def _edges(self, scores, weights, logits, columns):
         """The bin edges of one map and its scores, binned as they will be."""
         if self.strategy == "uniform" or not np.any(weights > 0):
+            scores = canonical_near_uniform_edges(scores, self.n_bins, logits, columns)
             return np.linspace(0.0, 1.0, self.n_bins + 1), scores
         return _quantile_edges(scores, weights, self.n_bins, logits, columns)
 
@@ -214,6 +216,7 @@ class HistogramBinning(BaseCalibrator):
     def _predicted_bin_index(self, map_index, scores, logits, columns):
         """The bins of scores to predict (see :func:`_quantile_edges`)."""
         if self.strategy == "uniform":
+            scores = canonical_near_uniform_edges(scores, self.n_bins, logits, columns)
             return uniform_bin_index(scores, self.n_bins)
         inner = self.bin_edges_[map_index, 1:-1]
         return canonical_bin_index(scores, inner, logits, columns)
@@ -325,7 +328,10 @@ class HistogramBinning(BaseCalibrator):
             )
         elif self.strategy == "uniform":
             # Every class shares the edges: one pass bins the whole block.
-            index = uniform_bin_index(proba, self.n_bins)
+            index = uniform_bin_index(
+                canonical_near_uniform_edges(proba, self.n_bins, logits),
+                self.n_bins,
+            )
             calibrated = self.bin_values_[np.arange(proba.shape[1]), index]
         else:
             calibrated = np.column_stack(
@@ -367,8 +373,10 @@ def _histogram_sums(logits, codes, weights, *, mode, n_bins, bin_edges):
     )
     if not logits.shape[0]:
         proba = logits
-    elif bin_edges is None:
-        proba = softmax(logits.astype(np.float64))
+    elif bin_edges is None:  # uniform bins: as in HistogramBinning._edges
+        proba = canonical_near_uniform_edges(
+            softmax(logits.astype(np.float64)), n_bins, logits
+        )
     else:  # quantile edges: as in _histogram_groups
         proba = canonical_probabilities(logits)
     mask = mask_of(logits) if mode != "top_label" else None

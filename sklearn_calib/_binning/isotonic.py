@@ -18,8 +18,12 @@ from ..utils._fitted_state import (
 from .one_vs_rest import (
     apply_top_label,
     binary_problems,
+    canonical_log_odds,
     finish_one_vs_rest,
+    log_odds_slack,
     masked_classes,
+    near_others,
+    near_points,
     probabilities,
     softmax_log_odds,
     top_label_targets,
@@ -174,15 +178,14 @@ class IsotonicCalibration(BaseCalibrator):
         self.classes = classes
 
     def _fit(self, logits, y, sample_weight):
-        problems = binary_problems(
-            softmax_log_odds(logits),
-            y,
-            self.mode,
-            sample_weight,
-            masked_classes(logits),
-        )
+        masked = masked_classes(logits)
+        logits = np.asarray(logits, dtype=np.float64)
+        log_odds = softmax_log_odds(logits)
+        finite = np.isfinite(logits)
+        magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
+        problems = binary_problems(log_odds, y, self.mode, sample_weight, masked)
         self.X_thresholds_, self.y_thresholds_ = [], []
-        for scores, targets, weights in problems:
+        for m, (scores, targets, weights) in enumerate(problems):
             counted = weights > 0
             if not np.any(counted):  # masked in every calibration row
                 # No data, no correction: the identity on the probability,
@@ -193,11 +196,32 @@ class IsotonicCalibration(BaseCalibrator):
                 continue
             x, values = _constant_fit(scores[counted], targets[counted])
             if x is None:
+                scores = self._pooled_scores(m, scores, magnitude, logits, masked)
                 iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip")
                 iso.fit(scores, targets, sample_weight=weights)
                 x, values = iso.X_thresholds_, iso.y_thresholds_
             self.X_thresholds_.append(x)
             self.y_thresholds_.append(values)
+
+    def _pooled_scores(self, m, scores, magnitude, logits, masked):
+        """Map ``m``'s scores, those near another's in a canonical order.
+
+        Equal scores are pooled, whatever the order of the columns (see
+        :func:`~sklearn_calib._binning.one_vs_rest.canonical_log_odds`).
+        """
+        rows = np.arange(logits.shape[0])
+        if self.mode != "top_label" and masked is not None:
+            rows = rows[~masked[:, m]]
+        near = near_others(scores, log_odds_slack(logits, scores, magnitude[rows]))
+        if not near.any():
+            return scores
+        canonical = canonical_log_odds(logits[rows[near]])
+        scores = scores.copy()
+        if self.mode == "top_label":
+            scores[near] = canonical.max(axis=1)
+        else:
+            scores[near] = canonical[:, m]
+        return scores
 
     def _check_fitted_state(self):
         super()._check_fitted_state()
@@ -232,6 +256,7 @@ class IsotonicCalibration(BaseCalibrator):
     def _calibrated_logits(self, logits):
         proba = probabilities(logits)
         masked = masked_classes(logits)
+        logits = np.asarray(logits, dtype=np.float64)
         log_odds = softmax_log_odds(logits)
         if self.mode == "top_label":
             # The predicted class is the argmax of the log-odds, as in fit
@@ -239,12 +264,17 @@ class IsotonicCalibration(BaseCalibrator):
             predicted, confidence, _ = top_label_targets(
                 log_odds, np.zeros(proba.shape[0])
             )
+            slack = log_odds_slack(logits, confidence)
+            near = near_points(confidence, slack, self.X_thresholds_[0])
+            if near.any():
+                confidence = confidence.copy()
+                confidence[near] = canonical_log_odds(logits[near]).max(axis=1)
             calibrated = apply_top_label(
                 proba,
                 self._map(0, confidence),
                 masked,
                 predicted,
-                tied=top_ties(log_odds, confidence),
+                tied=top_ties(log_odds, log_odds.max(axis=1)),
             )
         else:
             # A constant map (a class absent from the calibration labels) is
@@ -254,6 +284,35 @@ class IsotonicCalibration(BaseCalibrator):
             constant = np.array([v[0] == v[-1] for v in values], dtype=bool)
             calibrated = np.empty_like(log_odds)
             calibrated[:, constant] = [values[k][0] for k in np.flatnonzero(constant)]
-            for k in np.flatnonzero(~constant):
-                calibrated[:, k] = self._map(k, log_odds[:, k])
+            mapped = np.flatnonzero(~constant)
+            # Contiguous columns: one search and one interpolation per class.
+            columns = np.ascontiguousarray(log_odds[:, mapped].T)
+            self._canonical_near_thresholds(columns, logits, mapped)
+            for i, k in enumerate(mapped):
+                calibrated[:, k] = self._map(k, columns[i])
         return finish_one_vs_rest(calibrated, proba, masked)
+
+    def _canonical_near_thresholds(self, columns, logits, mapped):
+        """Recompute in place, in a canonical order, the log-odds near a threshold.
+
+        ``columns[i]`` holds the log-odds of class ``mapped[i]``. A map's
+        steps between thresholds an ulp apart are steep: a score summed in
+        another column order reads a value far along them. The rows holding
+        such a score are recomputed from their sorted logits at once (see
+        :func:`~sklearn_calib._binning.one_vs_rest.canonical_log_odds`).
+        """
+        if mapped.shape[0] == 0 or logits.shape[0] == 0:
+            return
+        near = np.zeros(columns.shape, dtype=bool)
+        finite = np.isfinite(logits)
+        magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
+        for i, k in enumerate(mapped):
+            slack = log_odds_slack(logits, columns[i], magnitude)
+            near[i] = near_points(columns[i], slack, self.X_thresholds_[k])
+        rows = np.flatnonzero(near.any(axis=0))
+        if rows.shape[0] == 0:
+            return
+        canonical = canonical_log_odds(logits[rows])[:, mapped].T
+        block = columns[:, rows]
+        block[near[:, rows]] = canonical[near[:, rows]]
+        columns[:, rows] = block

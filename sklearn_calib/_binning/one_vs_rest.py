@@ -62,6 +62,13 @@ def near_others(keys, slack, order=None):
     order: sorting every row is several times slower than the fit.
     """
     if order is None:
+        # Most sets have no two keys that close: a sort (faster than an
+        # argsort) against the largest slack shows it.
+        if keys.shape[0] < 2:
+            return np.zeros(keys.shape[0], dtype=bool)
+        bound = np.max(slack) if np.ndim(slack) else slack * np.max(np.abs(keys))
+        if not np.any(np.diff(np.sort(keys)) <= bound):
+            return np.zeros(keys.shape[0], dtype=bool)
         order = np.argsort(keys, kind="stable")
     ordered = keys[order]
     if np.ndim(slack) == 0:
@@ -110,6 +117,44 @@ def canonical_bin_index(scores, edges, logits, columns):
         edges, canonical_at(logits, near, columns), side="left"
     )
     return index
+
+
+def canonical_near_uniform_edges(scores, n_bins, logits, columns=None):
+    """``scores`` with those within their sum's rounding of ``b / n_bins`` canonical.
+
+    The equal-width bins of ``uniform_bin_index`` split at the inner edges
+    ``b / n_bins``, where probabilities often lie exactly (the logits
+    ``log(votes / 15)`` of a 15-neighbour vote, with the default 15 bins): a
+    score summed in column order falls an ulp either side, so permuting the
+    classes moved rows to the next bin. Those scores are recomputed by
+    :func:`canonical_probabilities`; the others are further from every edge
+    than their rounding and fall in their canonical bin already.
+
+    ``scores`` is 1-D (``columns`` as in :func:`canonical_at`), or 2-D with
+    one column per logit column (``columns`` unused).
+    """
+    if scores.size == 0 or n_bins < 2:
+        return scores
+    scaled = scores * float(n_bins)
+    distance = np.rint(scaled)
+    np.subtract(scaled, distance, out=distance)
+    np.abs(distance, out=distance)
+    # Strictly: a score of 0 (a masked class) is no closer than its slack.
+    near = distance < sum_slack(logits.shape[1]) * scaled
+    # Edges 0 and n_bins bound the first and the last bin: not a split.
+    near &= (scaled > 0.5) & (scaled < n_bins - 0.5)
+    if not near.any():
+        return scores
+    scores = scores.copy()
+    if scores.ndim == 2:
+        rows = np.flatnonzero(near.any(axis=1))
+        block, where = scores[rows], near[rows]
+        block[where] = canonical_probabilities(logits[rows])[where]
+        scores[rows] = block
+    else:
+        rows = np.flatnonzero(near)
+        scores[rows] = canonical_at(logits, rows, columns)
+    return scores
 
 
 def canonical_at(logits, rows, columns):
@@ -169,6 +214,51 @@ def softmax_log_odds(logits):
     # where the ranking is still clear: the ends of the float64 range.
     out[np.isnan(out)] = np.inf
     return np.clip(out, -np.finfo(np.float64).max, np.finfo(np.float64).max)
+
+
+def log_odds_slack(logits, log_odds, magnitude=None):
+    """A bound on the rounding of :func:`softmax_log_odds` that column order sets.
+
+    Its sums run in column order: the same logits in another order give
+    log-odds up to this apart (the sum's rounding, on the scale of the row's
+    logits and of the log-odds themselves). ``log_odds`` may be one column
+    of them (1-D) or all (2-D); ``magnitude``, each row's largest finite
+    ``|logit|``, is computed from ``logits`` when not given.
+    """
+    if magnitude is None:
+        finite = np.isfinite(logits)
+        magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
+    if log_odds.ndim == 2:
+        magnitude = magnitude[:, None]
+    # inf near the float range: such a row is recomputed whenever it is near
+    with np.errstate(over="ignore"):
+        return sum_slack(logits.shape[1]) * (1.0 + magnitude + np.abs(log_odds))
+
+
+def near_points(scores, slack, points):
+    """Scores within their ``slack`` of one of the increasing ``points``."""
+    above = np.minimum(np.searchsorted(points, scores), points.shape[0] - 1)
+    below = np.maximum(above - 1, 0)
+    return (np.abs(scores - points[above]) <= slack) | (
+        np.abs(scores - points[below]) <= slack
+    )
+
+
+def canonical_log_odds(logits):
+    """:func:`softmax_log_odds` of each row's sorted logits, in column order.
+
+    The same logits in any column order give the same log-odds. The
+    isotonic maps pool equal scores and read steep steps between scores an
+    ulp apart: a row summed in another column order (the classes permuted)
+    would fall on the other side. Only the rows within
+    :func:`log_odds_slack` of another row's score, or of a threshold, are
+    recomputed so: sorting every row is slower than the maps.
+    """
+    order = np.argsort(logits, axis=1, kind="stable")
+    ordered = softmax_log_odds(np.take_along_axis(logits, order, axis=1))
+    out = np.empty_like(ordered)
+    np.put_along_axis(out, order, ordered, axis=1)
+    return out
 
 
 def top_label_targets(proba, y):

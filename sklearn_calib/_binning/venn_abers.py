@@ -339,9 +339,10 @@ class VennAbersCalibration(BaseCalibrator):
     Notes
     -----
     Tied scores are pooled, as in :class:`~sklearn.isotonic.IsotonicRegression`;
-    a test score equal to a calibration score joins its tie group. Scores
-    that differ by at most ``1e-12`` times the problem's largest calibration
-    ``|score|`` count as equal: a model's outputs for identical inputs can
+    a test score equal to a calibration score joins its tie group. Two
+    neighbouring scores that differ by at most ``1e-12`` times the larger of
+    their magnitudes and the median ``|score|`` of the problem's calibration
+    scores count as equal: a model's outputs for identical inputs can
     differ in their last bits (BLAS sums in an order that depends on where a
     row sits in the batch), and tied or not is a jump in ``p0`` and ``p1``.
     Sample weights count as numbers of samples (integer weights give the same

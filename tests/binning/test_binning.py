@@ -765,6 +765,54 @@ def test_quantile_edges_in_any_column_order(mode):
         )
 
 
+@pytest.mark.parametrize("mode", ["top_label", "ovr"])
+def test_uniform_edges_in_any_column_order(mode):
+    # The logits of a 15-neighbour vote, log(votes / 15): a third of the
+    # probabilities lie exactly on an edge b / 15 of the default bins, and
+    # the softmax, summed in column order, put them an ulp either side, so
+    # permuting the classes moved rows to the next bin (0.30 in ovr, 0.095
+    # top-label), in memory and from chunks.
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, size=2000)
+    noise = rng.integers(0, 4, size=(2000, 15))
+    votes = np.where(rng.random((2000, 15)) < 0.5, y[:, None], noise)
+    counts = (votes[:, :, None] == np.arange(4)).sum(axis=1)
+    X = np.log(np.maximum(counts, 1e-13) / 15)
+    order = np.array([2, 0, 3, 1])
+    calibrator = HistogramBinning(mode=mode)
+    proba = clone(calibrator).fit(X, y).predict_proba(X)
+    permuted = clone(calibrator).fit(X[:, order], np.argsort(order)[y])
+    np.testing.assert_allclose(
+        permuted.predict_proba(X[:, order]), proba[:, order], rtol=1e-12, atol=0
+    )
+    chunks = [(X[i : i + 300], y[i : i + 300]) for i in range(0, 2000, 300)]
+    chunked = clone(calibrator).fit_chunks(chunks)
+    np.testing.assert_allclose(chunked.predict_proba(X), proba, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["ovr", "top_label"])
+def test_isotonic_pools_equal_log_odds_in_any_column_order(mode):
+    # log(votes / 15) with a floor for no vote: rows holding the same logits
+    # in another order got log-odds an ulp apart (summed in column order),
+    # which the isotonic regression ordered instead of pooling, and a score
+    # to predict an ulp either side of a steep step read a value far along
+    # it: permuting the classes moved predict_proba by 0.043 (ovr), 7e-4
+    # (top_label).
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, size=2000)
+    noise = rng.integers(0, 4, size=(2000, 15))
+    votes = np.where(rng.random((2000, 15)) < 0.5, y[:, None], noise)
+    counts = (votes[:, :, None] == np.arange(4)).sum(axis=1)
+    X = np.log(np.maximum(counts, 1e-13) / 15)
+    proba = IsotonicCalibration(mode=mode).fit(X, y).predict_proba(X)
+    for order in ([2, 0, 3, 1], [3, 2, 1, 0], [1, 3, 0, 2]):
+        order = np.array(order)
+        permuted = IsotonicCalibration(mode=mode).fit(X[:, order], np.argsort(order)[y])
+        np.testing.assert_allclose(
+            permuted.predict_proba(X[:, order]), proba[:, order], rtol=1e-12, atol=0
+        )
+
+
 def test_top_label_rescales_the_others_without_cancellation():
     # The other classes were rescaled by (1 - new) / (1 - p), whose 1 - p
     # cancels near p = 1: relative errors of 5e-6 at a gap of 20, 0.19 at

@@ -307,3 +307,33 @@ def test_state_of_an_earlier_version_loads():
     np.testing.assert_allclose(
         restored.predict_proba(logits), spline.predict_proba(logits), rtol=1e-9
     )
+
+
+@pytest.mark.parametrize("tiny", [1e-13, 1e-20])
+def test_a_tiny_weight_takes_the_spline_slope_at_its_point(tiny):
+    # A row of weight w occupies w / W of the fractile axis: its value is
+    # p + (g(t1) - g(t0)) / (t1 - t0), which cancelled for w = 1e-13 among
+    # 300 unit weights (1e-3 off) and was 0 / 0 below eps (a ValueError
+    # "Input y contains NaN", or NaN probabilities without the projection).
+    # The limit is the slope of the fitted spline at the row's fractile.
+    logits, y = make_logits(n_samples=300, n_classes=3, seed=4)
+    confidence, correct = _top_label(logits, y)
+    light = np.argsort(confidence)[[40, 150, 290]]
+    weights = np.ones(300)
+    weights[light] = tiny
+    spline = SplineCalibration(monotonic=False).fit(logits, y, sample_weight=weights)
+    g = CubicSpline(np.linspace(0, 1, 6), spline.knot_values_, bc_type="natural")
+    heavier = weights[None, :] * (confidence[None, :] < confidence[light, None])
+    t = heavier.sum(axis=1) / weights.sum()
+    u = _log_complement(logits[light])
+    points = np.abs(spline.log_complements_[None, :] - u[:, None]).argmin(axis=1)
+    np.testing.assert_allclose(spline.log_complements_[points], u, rtol=1e-12)
+    np.testing.assert_allclose(
+        spline.calibrated_[points],
+        np.clip(confidence[light] + g(t, 1), 0, 1),
+        rtol=0,
+        atol=1e-9,
+    )
+    assert np.all(np.isfinite(spline.predict_proba(logits)))
+    # The projection on the monotone maps fits as well.
+    SplineCalibration().fit(logits, y, sample_weight=weights)
