@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..utils._validation import as_float_2d
+from ..utils._validation import as_float_2d, check_labels_per_row
 from ._common import CommandError
 from ._io import (
     LABEL_KEYS,
@@ -218,15 +218,12 @@ def _sample_weight(arrays, path, key, n_samples, *, layout):
             )
     if key not in arrays:
         return None
-    weights = np.asarray(arrays[key])
-    if weights.ndim == 2 and weights.shape[1] == 1:
-        weights = weights[:, 0]
-    if weights.ndim != 1 or weights.shape[0] != n_samples:
-        raise CommandError(
-            f"{path} [{key}]: sample weights must be 1-D with one weight per row "
-            f"of logits ({n_samples}), got shape {weights.shape}"
+    try:
+        return check_labels_per_row(
+            np.asarray(arrays[key]), n_samples, name="sample weights", rows_of="logits"
         )
-    return weights
+    except ValueError as exc:
+        raise CommandError(f"{path} [{key}]: {exc}") from exc
 
 
 def _keys_message(path, arrays):

@@ -765,6 +765,20 @@ def test_quantile_edges_in_any_column_order(mode):
         )
 
 
+def _vote_logits():
+    """log(votes / 15) of a 15-neighbour vote among 4 classes (1e-13 for none).
+
+    Probabilities lie exactly on the edges b / 15 of the default bins, and
+    rows hold the same logits in other orders.
+    """
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 4, size=2000)
+    noise = rng.integers(0, 4, size=(2000, 15))
+    votes = np.where(rng.random((2000, 15)) < 0.5, y[:, None], noise)
+    counts = (votes[:, :, None] == np.arange(4)).sum(axis=1)
+    return np.log(np.maximum(counts, 1e-13) / 15), y
+
+
 @pytest.mark.parametrize("mode", ["top_label", "ovr"])
 def test_uniform_edges_in_any_column_order(mode):
     # The logits of a 15-neighbour vote, log(votes / 15): a third of the
@@ -772,12 +786,7 @@ def test_uniform_edges_in_any_column_order(mode):
     # the softmax, summed in column order, put them an ulp either side, so
     # permuting the classes moved rows to the next bin (0.30 in ovr, 0.095
     # top-label), in memory and from chunks.
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 4, size=2000)
-    noise = rng.integers(0, 4, size=(2000, 15))
-    votes = np.where(rng.random((2000, 15)) < 0.5, y[:, None], noise)
-    counts = (votes[:, :, None] == np.arange(4)).sum(axis=1)
-    X = np.log(np.maximum(counts, 1e-13) / 15)
+    X, y = _vote_logits()
     order = np.array([2, 0, 3, 1])
     calibrator = HistogramBinning(mode=mode)
     proba = clone(calibrator).fit(X, y).predict_proba(X)
@@ -798,12 +807,7 @@ def test_isotonic_pools_equal_log_odds_in_any_column_order(mode):
     # to predict an ulp either side of a steep step read a value far along
     # it: permuting the classes moved predict_proba by 0.043 (ovr), 7e-4
     # (top_label).
-    rng = np.random.default_rng(0)
-    y = rng.integers(0, 4, size=2000)
-    noise = rng.integers(0, 4, size=(2000, 15))
-    votes = np.where(rng.random((2000, 15)) < 0.5, y[:, None], noise)
-    counts = (votes[:, :, None] == np.arange(4)).sum(axis=1)
-    X = np.log(np.maximum(counts, 1e-13) / 15)
+    X, y = _vote_logits()
     proba = IsotonicCalibration(mode=mode).fit(X, y).predict_proba(X)
     for order in ([2, 0, 3, 1], [3, 2, 1, 0], [1, 3, 0, 2]):
         order = np.array(order)
