@@ -20,12 +20,14 @@ from .one_vs_rest import (
     binary_problems,
     canonical_log_odds,
     finish_one_vs_rest,
+    has_steep_points,
     log_odds_slack,
     masked_classes,
     near_others,
     near_points,
     probabilities,
     softmax_log_odds,
+    steep_points,
     top_label_targets,
     top_ties,
 )
@@ -48,6 +50,12 @@ def _constant_fit(scores, targets):
     low, high = scores.min(), scores.max()
     x = np.array([low], dtype=np.float64) if low == high else np.array([low, high])
     return x.astype(np.float64), np.full(x.shape, float(first))
+
+
+def _largest(logits):
+    """The largest finite ``|logit|`` (0 where there is none)."""
+    finite = np.abs(logits[np.isfinite(logits)])
+    return float(finite.max()) if finite.size else 0.0
 
 
 class IsotonicCalibration(BaseCalibrator):
@@ -264,8 +272,13 @@ class IsotonicCalibration(BaseCalibrator):
             predicted, confidence, _ = top_label_targets(
                 log_odds, np.zeros(proba.shape[0])
             )
-            slack = log_odds_slack(logits, confidence)
-            near = near_points(confidence, slack, self.X_thresholds_[0])
+            steep = steep_points(
+                self.X_thresholds_[0], logits.shape[1], _largest(logits)
+            )
+            near = np.zeros(confidence.shape, dtype=bool)
+            if steep.shape[0]:
+                slack = log_odds_slack(logits, confidence)
+                near = near_points(confidence, slack, steep)
             if near.any():
                 confidence = confidence.copy()
                 confidence[near] = canonical_log_odds(logits[near]).max(axis=1)
@@ -304,11 +317,18 @@ class IsotonicCalibration(BaseCalibrator):
         if mapped.shape[0] == 0 or logits.shape[0] == 0:
             return
         near = np.zeros(columns.shape, dtype=bool)
-        finite = np.isfinite(logits)
-        magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
-        for i, k in enumerate(mapped):
+        largest = _largest(logits)
+        magnitude = None
+        # Only steep steps are worth it: elsewhere a score's rounding moves
+        # its value as little near a threshold as between two.
+        maps = [self.X_thresholds_[k] for k in mapped]
+        for i in np.flatnonzero(has_steep_points(maps, logits.shape[1], largest)):
+            steep = steep_points(maps[i], logits.shape[1], largest)
+            if magnitude is None:
+                finite = np.isfinite(logits)
+                magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
             slack = log_odds_slack(logits, columns[i], magnitude)
-            near[i] = near_points(columns[i], slack, self.X_thresholds_[k])
+            near[i] = near_points(columns[i], slack, steep)
         rows = np.flatnonzero(near.any(axis=0))
         if rows.shape[0] == 0:
             return

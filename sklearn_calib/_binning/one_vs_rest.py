@@ -235,6 +235,51 @@ def log_odds_slack(logits, log_odds, magnitude=None):
         return sum_slack(logits.shape[1]) * (1.0 + magnitude + np.abs(log_odds))
 
 
+# A step between two thresholds this many times the scores' rounding apart
+# (or closer) is steep: a score moved by its rounding jumps along it.
+_STEEP = 1e3
+
+
+def steep_points(points, n_classes, magnitude):
+    """The increasing ``points`` that bound a steep step of a piecewise map.
+
+    A map interpolating between thresholds ``points`` moves a score's value
+    by ``slope * delta`` when the score moves by its rounding ``delta``
+    (:func:`log_odds_slack`, at most ``sum_slack * (1 + magnitude + |x|)``
+    with ``magnitude`` the largest ``|logit|``). That is what the score's
+    rounding costs anywhere inside a step; only where two thresholds lie
+    within ``_STEEP`` roundings of each other does it cost the step's whole
+    rise. Scores near these points are the ones worth recomputing.
+    """
+    if points.shape[0] < 2:
+        return points[:0]
+    bound = _STEEP * sum_slack(n_classes) * (1.0 + magnitude + np.abs(points))
+    steep = np.diff(points) <= np.maximum(bound[:-1], bound[1:])
+    if not steep.any():
+        return points[:0]
+    return np.unique(np.concatenate([points[:-1][steep], points[1:][steep]]))
+
+
+def has_steep_points(maps, n_classes, magnitude):
+    """Whether each increasing array of ``maps`` has :func:`steep_points`.
+
+    One pass over all of them (a map's own check costs a few numpy calls,
+    which over a thousand classes and every block of rows added up).
+    """
+    lengths = np.array([points.shape[0] for points in maps], dtype=np.intp)
+    found = np.zeros(len(maps), dtype=bool)
+    if lengths.sum() < 2:
+        return found
+    flat = np.concatenate(maps)
+    bound = _STEEP * sum_slack(n_classes) * (1.0 + magnitude + np.abs(flat))
+    steep = np.diff(flat) <= np.maximum(bound[:-1], bound[1:])
+    # a gap between the last point of one map and the first of the next
+    owner = np.repeat(np.arange(len(maps)), lengths)
+    steep &= owner[1:] == owner[:-1]
+    found[owner[1:][steep]] = True
+    return found
+
+
 def near_points(scores, slack, points):
     """Scores within their ``slack`` of one of the increasing ``points``."""
     above = np.minimum(np.searchsorted(points, scores), points.shape[0] - 1)
