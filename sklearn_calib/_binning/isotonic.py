@@ -26,6 +26,7 @@ from .one_vs_rest import (
     near_others,
     near_points,
     probabilities,
+    row_magnitudes,
     softmax_log_odds,
     steep_points,
     top_label_targets,
@@ -50,12 +51,6 @@ def _constant_fit(scores, targets):
     low, high = scores.min(), scores.max()
     x = np.array([low], dtype=np.float64) if low == high else np.array([low, high])
     return x.astype(np.float64), np.full(x.shape, float(first))
-
-
-def _largest(logits):
-    """The largest finite ``|logit|`` (0 where there is none)."""
-    finite = np.abs(logits[np.isfinite(logits)])
-    return float(finite.max()) if finite.size else 0.0
 
 
 class IsotonicCalibration(BaseCalibrator):
@@ -189,8 +184,7 @@ class IsotonicCalibration(BaseCalibrator):
         masked = masked_classes(logits)
         logits = np.asarray(logits, dtype=np.float64)
         log_odds = softmax_log_odds(logits)
-        finite = np.isfinite(logits)
-        magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
+        magnitude = row_magnitudes(logits)
         problems = binary_problems(log_odds, y, self.mode, sample_weight, masked)
         self.X_thresholds_, self.y_thresholds_ = [], []
         for m, (scores, targets, weights) in enumerate(problems):
@@ -272,12 +266,13 @@ class IsotonicCalibration(BaseCalibrator):
             predicted, confidence, _ = top_label_targets(
                 log_odds, np.zeros(proba.shape[0])
             )
+            magnitude = row_magnitudes(logits)
             steep = steep_points(
-                self.X_thresholds_[0], logits.shape[1], _largest(logits)
+                self.X_thresholds_[0], logits.shape[1], magnitude.max(initial=0.0)
             )
             near = np.zeros(confidence.shape, dtype=bool)
             if steep.shape[0]:
-                slack = log_odds_slack(logits, confidence)
+                slack = log_odds_slack(logits, confidence, magnitude)
                 near = near_points(confidence, slack, steep)
             if near.any():
                 confidence = confidence.copy()
@@ -317,16 +312,13 @@ class IsotonicCalibration(BaseCalibrator):
         if mapped.shape[0] == 0 or logits.shape[0] == 0:
             return
         near = np.zeros(columns.shape, dtype=bool)
-        largest = _largest(logits)
-        magnitude = None
+        magnitude = row_magnitudes(logits)
+        largest = magnitude.max()
         # Only steep steps are worth it: elsewhere a score's rounding moves
         # its value as little near a threshold as between two.
         maps = [self.X_thresholds_[k] for k in mapped]
         for i in np.flatnonzero(has_steep_points(maps, logits.shape[1], largest)):
             steep = steep_points(maps[i], logits.shape[1], largest)
-            if magnitude is None:
-                finite = np.isfinite(logits)
-                magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
             slack = log_odds_slack(logits, columns[i], magnitude)
             near[i] = near_points(columns[i], slack, steep)
         rows = np.flatnonzero(near.any(axis=0))

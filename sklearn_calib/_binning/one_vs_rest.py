@@ -216,6 +216,11 @@ def softmax_log_odds(logits):
     return np.clip(out, -np.finfo(np.float64).max, np.finfo(np.float64).max)
 
 
+def row_magnitudes(logits):
+    """Each row's largest finite ``|logit|`` (0 for a row with none)."""
+    return np.abs(np.where(np.isfinite(logits), logits, 0.0)).max(axis=1)
+
+
 def log_odds_slack(logits, log_odds, magnitude=None):
     """A bound on the rounding of :func:`softmax_log_odds` that column order sets.
 
@@ -226,8 +231,7 @@ def log_odds_slack(logits, log_odds, magnitude=None):
     ``|logit|``, is computed from ``logits`` when not given.
     """
     if magnitude is None:
-        finite = np.isfinite(logits)
-        magnitude = np.abs(np.where(finite, logits, 0.0)).max(axis=1)
+        magnitude = row_magnitudes(logits)
     if log_odds.ndim == 2:
         magnitude = magnitude[:, None]
     # inf near the float range: such a row is recomputed whenever it is near
@@ -238,6 +242,12 @@ def log_odds_slack(logits, log_odds, magnitude=None):
 # A step between two thresholds this many times the scores' rounding apart
 # (or closer) is steep: a score moved by its rounding jumps along it.
 _STEEP = 1e3
+
+
+def _steep_gaps(points, n_classes, magnitude):
+    """Whether each gap of the increasing ``points`` is a steep step."""
+    bound = _STEEP * sum_slack(n_classes) * (1.0 + magnitude + np.abs(points))
+    return np.diff(points) <= np.maximum(bound[:-1], bound[1:])
 
 
 def steep_points(points, n_classes, magnitude):
@@ -253,10 +263,7 @@ def steep_points(points, n_classes, magnitude):
     """
     if points.shape[0] < 2:
         return points[:0]
-    bound = _STEEP * sum_slack(n_classes) * (1.0 + magnitude + np.abs(points))
-    steep = np.diff(points) <= np.maximum(bound[:-1], bound[1:])
-    if not steep.any():
-        return points[:0]
+    steep = _steep_gaps(points, n_classes, magnitude)
     return np.unique(np.concatenate([points[:-1][steep], points[1:][steep]]))
 
 
@@ -270,10 +277,8 @@ def has_steep_points(maps, n_classes, magnitude):
     found = np.zeros(len(maps), dtype=bool)
     if lengths.sum() < 2:
         return found
-    flat = np.concatenate(maps)
-    bound = _STEEP * sum_slack(n_classes) * (1.0 + magnitude + np.abs(flat))
-    steep = np.diff(flat) <= np.maximum(bound[:-1], bound[1:])
-    # a gap between the last point of one map and the first of the next
+    steep = _steep_gaps(np.concatenate(maps), n_classes, magnitude)
+    # not a gap: the last point of one map and the first of the next
     owner = np.repeat(np.arange(len(maps)), lengths)
     steep &= owner[1:] == owner[:-1]
     found[owner[1:][steep]] = True
